@@ -1,0 +1,152 @@
+/*
+ * decoder.h — wal2json (format-version 2) line decoder. Pure: no I/O, no
+ * allocation in w2j_parse.
+ *
+ * wal2json v2 sends one JSON object per change. With the options the
+ * relayer asks for (include-lsn, include-timestamp, include-types=0,
+ * include-xids=0) the server produces lines like these (captured from
+ * PostgreSQL 15 + wal2json 2.5):
+ *
+ *   {"action":"B","timestamp":"2026-11-30 14:38:02.796452+00","lsn":"0/152AAA8","nextlsn":"0/152AAD8"}
+ *   {"action":"I","timestamp":"…","lsn":"0/152A8D8","schema":"public","table":"events_outbox",
+ *    "columns":[{"name":"id","value":1},{"name":"payload","value":"{\"a\": 1}"},…]}
+ *   {"action":"M","timestamp":"…","lsn":"0/152AAA8","transactional":true,"prefix":"outbox","content":"{\"x\":1}"}
+ *   {"action":"C","timestamp":"…","lsn":"0/152AAA8","nextlsn":"0/152AAD8"}
+ *
+ * B and C carry "lsn" = start of the commit record and "nextlsn" = its end;
+ * the end is what a consumer confirms once the transaction is done. Keys may
+ * come in any order and unknown keys are skipped (other option sets add
+ * "xid", "pk", "identity", "type" in columns, …). Values of non-numeric,
+ * non-boolean columns (text, uuid, jsonb, timestamptz) arrive as JSON
+ * strings, escaped; jsonb payloads must be unescaped to get PostgreSQL's text.
+ *
+ * Two layers:
+ *   w2j_parse()        scans one line into a struct w2j_record whose
+ *                      strings point into the caller's line (zero copy);
+ *   w2j_event_decode() maps an "I" record of the outbox table (or an "M"
+ *                      record) to a struct outbox_event, unescaping into a
+ *                      scratch buffer owned by a struct w2j_scratch.
+ */
+#ifndef OUTBOX_RELAY_DECODER_H
+#define OUTBOX_RELAY_DECODER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox_relay/lsn.h"
+
+#define W2J_MAX_COLUMNS 128
+#define W2J_ERRLEN 256
+
+enum w2j_vtype {
+    W2J_ABSENT = 0, /* key not present in the line */
+    W2J_NULL,
+    W2J_BOOL,
+    W2J_NUMBER,
+    W2J_STRING,
+    W2J_OTHER /* object or array (kept raw) */
+};
+
+/* A JSON value inside a line. For W2J_STRING, ptr/len span the raw bytes
+ * between the quotes (still escaped); escaped is true when they contain a
+ * backslash. For other types ptr/len span the raw token. */
+struct w2j_value {
+    enum w2j_vtype type;
+    bool escaped;
+    const char *ptr;
+    size_t len;
+};
+
+struct w2j_column {
+    struct w2j_value name;
+    struct w2j_value value;
+};
+
+struct w2j_record {
+    char action;               /* 'B','C','I','U','D','T','M' */
+    int64_t xid;               /* -1 when absent */
+    lsn_t lsn;                 /* "lsn", 0 when absent */
+    lsn_t nextlsn;             /* "nextlsn", 0 when absent */
+    struct w2j_value timestamp; /* raw string, W2J_ABSENT when absent */
+    struct w2j_value schema;   /* I/U/D/T */
+    struct w2j_value table;    /* I/U/D/T */
+    size_t ncolumns;           /* I and U: the "columns" array */
+    struct w2j_column columns[W2J_MAX_COLUMNS];
+    bool transactional;        /* M */
+    struct w2j_value prefix;   /* M */
+    struct w2j_value content;  /* M */
+};
+
+/* Scans one wal2json v2 line of len bytes (not NUL-terminated). On success
+ * returns 0 and fills *rec (pointers into line; valid while line is).
+ * Returns -1 on malformed input (truncated, bad escape, trailing garbage,
+ * missing or unknown "action", more than W2J_MAX_COLUMNS columns, nesting
+ * deeper than 64) with a message naming what and at which byte offset in
+ * errbuf. Never reads outside line[0..len). */
+int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf,
+              size_t errlen);
+
+/* Unescapes a W2J_STRING value into dst (capacity dstcap >= v->len is always
+ * enough: unescaping never grows). Handles \" \\ \/ \b \f \n \r \t \uXXXX
+ * including surrogate pairs (to UTF-8). Stores the length in *outlen.
+ * Returns -1 on an invalid escape or lone surrogate, or when dstcap is too
+ * small. A value that is not escaped is copied as is. */
+int w2j_unescape(const struct w2j_value *v, char *dst, size_t dstcap, size_t *outlen);
+
+/* Parses a wal2json timestamp string ("2026-11-30 14:38:02.796452+00",
+ * fraction optional, offset +HH, +HH:MM or -HH...) into microseconds since
+ * the Unix epoch. Returns 0, or -1 if the text is not such a timestamp. */
+int w2j_timestamp_us(const struct w2j_value *v, int64_t *unix_us);
+
+/* One outbox event, ready for the Kafka sink. Strings are NOT NUL-terminated
+ * and point into the line or into the scratch buffer used to decode it; they
+ * stay valid until the next w2j_event_decode() on the same scratch or until
+ * the line is freed. A NULL ptr means SQL NULL. */
+struct outbox_event {
+    char event_id[32];       /* NUL-terminated: decimal row id, or for a
+                                logical message "m-<LSN hex 16 digits>" */
+    const char *aggregate_id; size_t aggregate_id_len;
+    const char *type;         size_t type_len;
+    const char *payload;      size_t payload_len;
+    const char *created_at;   size_t created_at_len;
+    lsn_t lsn;               /* the change's "lsn" */
+};
+
+/* Scratch memory for unescaping. Owned by the caller; grows as needed. */
+struct w2j_scratch {
+    char *buf;
+    size_t len; /* bytes used by the current event */
+    size_t cap;
+};
+
+void w2j_scratch_free(struct w2j_scratch *s);
+
+/* Column names of the outbox table (the seed schema's by default). */
+struct w2j_columns_map {
+    const char *id;           /* "id" */
+    const char *aggregate_id; /* "aggregate_id" */
+    const char *type;         /* "type" */
+    const char *payload;      /* "payload" */
+    const char *created_at;   /* "created_at" */
+};
+
+extern const struct w2j_columns_map W2J_DEFAULT_COLUMNS;
+
+/* Maps an 'I' record of the outbox table to an event.
+ * - id must be a JSON number (integer) or a string of digits; it becomes
+ *   event_id.
+ * - type must be a non-empty string (the event cannot be routed otherwise);
+ * - aggregate_id, payload, created_at: strings or null (payload may also be
+ *   a number/bool/object raw token, taken as is).
+ * For an 'M' record the content must be an envelope JSON object
+ * {"aggregate_id": "...", "type": "...", "payload": <any JSON>} (payload
+ * taken as its raw JSON text, e.g. an object), event_id is "m-" followed by
+ * the record's lsn as 16 hex digits, created_at is the record's timestamp.
+ * Returns 0, or -1 with a message in errbuf naming the missing/bad column
+ * and the record's LSN. */
+int w2j_event_decode(const struct w2j_record *rec, const struct w2j_columns_map *map,
+                     struct w2j_scratch *scratch, struct outbox_event *ev,
+                     char *errbuf, size_t errlen);
+
+#endif

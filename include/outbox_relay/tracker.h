@@ -1,0 +1,83 @@
+/*
+ * tracker.h — the ack tracker: which WAL position may be confirmed to the
+ * server, given which Kafka deliveries have succeeded. Pure: no I/O.
+ *
+ * The replication stream delivers transactions in commit order. Each
+ * transaction's events are produced to Kafka and their delivery reports
+ * come back in any order. The slot may only be confirmed up to the end LSN
+ * of a transaction when every event of that transaction and of every
+ * transaction before it has been delivered.
+ *
+ * The tracker keeps a ring of in-flight transaction groups in commit order.
+ * A transaction without events never takes a slot: it is folded into the
+ * newest group (or, when nothing is in flight, confirmed at once). When the
+ * ring is full, a new transaction is folded into the newest group: the group
+ * then confirms a little later, never earlier, so the ring never blocks.
+ *
+ * Tokens: tracker_add() returns a token for each event; the delivery report
+ * hands it back to tracker_ack(). Tokens of a previous generation (before
+ * tracker_reset) are ignored, so a late report after a reconnect cannot
+ * corrupt the count.
+ */
+#ifndef OUTBOX_RELAY_TRACKER_H
+#define OUTBOX_RELAY_TRACKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox_relay/lsn.h"
+
+struct tracker;
+
+/* Creates a tracker with room for `groups` in-flight groups (>= 2) starting
+ * at confirmed position `confirmed`. Returns NULL on allocation failure.
+ * The caller owns the tracker and frees it with tracker_free(). */
+struct tracker *tracker_new(size_t groups, lsn_t confirmed);
+void tracker_free(struct tracker *t);
+
+/* A transaction begins ('B'). Calling it while a transaction is open is a
+ * protocol error: returns -1 and leaves the tracker unchanged. */
+int tracker_begin(struct tracker *t);
+
+/* One event of the open transaction is about to be produced; returns its
+ * token (never 0). Returns 0 when no transaction is open (the caller treats
+ * that as a protocol error). */
+uint64_t tracker_add(struct tracker *t);
+
+/* The open transaction committed ('C'); end_lsn is the end of its commit
+ * record. Returns -1 when no transaction is open. */
+int tracker_commit(struct tracker *t, lsn_t end_lsn);
+
+/* An event outside any transaction (a non-transactional logical message)
+ * at end_lsn: returns its token, tracked like a one-event transaction. */
+uint64_t tracker_add_single(struct tracker *t, lsn_t end_lsn);
+
+/* A delivery succeeded. Unknown or stale tokens are ignored (returns -1). */
+int tracker_ack(struct tracker *t, uint64_t token);
+
+/* The position that may be confirmed now. Never moves backwards. */
+lsn_t tracker_confirmed(const struct tracker *t);
+
+/* The server says it has sent everything up to lsn (keepalive). When no
+ * transaction is open and nothing is pending, confirms lsn too, so an idle
+ * outbox never holds WAL back. */
+void tracker_idle(struct tracker *t, lsn_t lsn);
+
+/* Events produced and not yet acknowledged. */
+size_t tracker_pending(const struct tracker *t);
+
+/* True while a transaction is open (between begin and commit). */
+bool tracker_in_tx(const struct tracker *t);
+
+/* The commit LSN of the group a token belongs to (0 while its transaction
+ * is still open or the token is unknown), for error messages. */
+lsn_t tracker_token_lsn(const struct tracker *t, uint64_t token);
+
+/* Forgets every group and the open transaction (after the replication
+ * connection was lost; the server resends from the confirmed position) and
+ * starts a new token generation. The confirmed position is kept, or raised to
+ * `confirmed` when that is larger. */
+void tracker_reset(struct tracker *t, lsn_t confirmed);
+
+#endif

@@ -1,0 +1,18 @@
+-- 003_relay_role.sql — a least-privilege role for outbox-relay.
+--
+-- REPLICATION lets it create and read its logical slot; SELECT and DELETE on
+-- the outbox are all the reaper and the status command need. It is not a
+-- superuser and cannot write business tables. Set its password separately:
+--   ALTER ROLE outbox_relay PASSWORD '...';
+-- and allow it in pg_hba.conf for both "replication" and the database.
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'outbox_relay') THEN
+        CREATE ROLE outbox_relay WITH LOGIN REPLICATION;
+    END IF;
+END
+$$;
+
+GRANT USAGE ON SCHEMA public TO outbox_relay;
+GRANT SELECT, DELETE ON public.events_outbox TO outbox_relay;
