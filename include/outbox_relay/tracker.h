@@ -18,6 +18,13 @@
  * hands it back to tracker_ack(). Tokens of a previous generation (before
  * tracker_reset) are ignored, so a late report after a reconnect cannot
  * corrupt the count.
+ *
+ * A token names a group, not an event: every event of a transaction, and
+ * of every transaction folded into the same group, gets the same token.
+ * Acking a group more often than it has pending events is refused, but the
+ * tracker cannot tell which event a surplus ack was meant for, so the
+ * caller must ack each event exactly once (librdkafka calls the delivery
+ * report exactly once per message).
  */
 #ifndef OUTBOX_RELAY_TRACKER_H
 #define OUTBOX_RELAY_TRACKER_H
@@ -31,7 +38,8 @@
 struct tracker;
 
 /* Creates a tracker with room for `groups` in-flight groups (>= 2) starting
- * at confirmed position `confirmed`. Returns NULL on allocation failure.
+ * at confirmed position `confirmed`. Returns NULL on allocation failure or
+ * when groups < 2. This is the tracker's only allocation.
  * The caller owns the tracker and frees it with tracker_free(). */
 struct tracker *tracker_new(size_t groups, lsn_t confirmed);
 void tracker_free(struct tracker *t);
@@ -50,10 +58,15 @@ uint64_t tracker_add(struct tracker *t);
 int tracker_commit(struct tracker *t, lsn_t end_lsn);
 
 /* An event outside any transaction (a non-transactional logical message)
- * at end_lsn: returns its token, tracked like a one-event transaction. */
+ * at end_lsn: returns its token, tracked like a one-event transaction.
+ * Returns 0 (and changes nothing) while a transaction is open: logical
+ * decoding emits a transaction's changes in one piece at its commit, so a
+ * non-transactional message between 'B' and 'C' is a protocol error. */
 uint64_t tracker_add_single(struct tracker *t, lsn_t end_lsn);
 
-/* A delivery succeeded. Unknown or stale tokens are ignored (returns -1). */
+/* A delivery succeeded. Returns 0, or -1 and changes nothing for a token
+ * that is unknown, stale (issued before tracker_reset) or whose group has
+ * no pending events left (a duplicate ack). */
 int tracker_ack(struct tracker *t, uint64_t token);
 
 /* The position that may be confirmed now. Never moves backwards. */
@@ -71,7 +84,10 @@ size_t tracker_pending(const struct tracker *t);
 bool tracker_in_tx(const struct tracker *t);
 
 /* The commit LSN of the group a token belongs to (0 while its transaction
- * is still open or the token is unknown), for error messages. */
+ * is still open or the token is unknown), for error messages. For a folded
+ * group this is the newest commit folded in; while a later transaction is
+ * being folded into the group it is 0 again until that one commits. A
+ * group that is fully acked and retired is unknown (0). */
 lsn_t tracker_token_lsn(const struct tracker *t, uint64_t token);
 
 /* Forgets every group and the open transaction (after the replication

@@ -39,7 +39,9 @@ struct wire_msg {
 
 /* Parses one CopyData frame. Returns 0 and fills *msg (data points into buf),
  * or -1 with a message in errbuf for an empty, truncated, oversized
- * keepalive or unknown-kind frame. */
+ * keepalive or unknown-kind frame. The message names the kind and the
+ * byte counts found and expected. errbuf may be NULL (errlen 0). *msg is
+ * zeroed on failure. */
 int wire_parse(const char *buf, size_t len, struct wire_msg *msg, char *errbuf,
                size_t errlen);
 
@@ -49,7 +51,8 @@ int wire_parse(const char *buf, size_t len, struct wire_msg *msg, char *errbuf,
 size_t wire_build_status(char *out, lsn_t write, lsn_t flush, lsn_t apply,
                          int64_t now_pg_us, bool reply_requested);
 
-/* Converts microseconds since the Unix epoch to PostgreSQL epoch and back. */
+/* Converts microseconds since the Unix epoch to PostgreSQL epoch and back.
+ * Results that would overflow int64_t saturate at INT64_MIN / INT64_MAX. */
 int64_t wire_unix_to_pg_us(int64_t unix_us);
 int64_t wire_pg_to_unix_us(int64_t pg_us);
 
