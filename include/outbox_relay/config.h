@@ -1,0 +1,90 @@
+/*
+ * config.h — the relayer's configuration: one table of options, read from
+ * defaults, then a config file (--config FILE, `name = value` lines), then
+ * the environment (OUTBOX_RELAY_<NAME>), then the command line; later
+ * sources win. Pure apart from reading the config file.
+ *
+ * librdkafka properties pass through untouched, kcat style:
+ *   command line   -X security.protocol=SASL_SSL
+ *   config file    kafka.security.protocol = SASL_SSL
+ *   environment    OUTBOX_RELAY_KAFKA_SECURITY_PROTOCOL=SASL_SSL
+ * (in the environment form '_' stands for '.').
+ */
+#ifndef OUTBOX_RELAY_CONFIG_H
+#define OUTBOX_RELAY_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox_relay/log.h"
+
+#define CONFIG_ERRLEN 512
+#define CONFIG_MAX_KAFKA_PROPS 128
+
+enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS };
+enum poison_policy { POISON_HALT = 0, POISON_DEAD_LETTER };
+
+struct config_kv {
+    char *key;
+    char *value;
+};
+
+struct relay_config {
+    enum relay_command command;
+    char *dsn;
+    char *brokers;
+    char *slot;
+    char *table;        /* as given: "schema.table" */
+    char *table_schema; /* split and validated */
+    char *table_name;
+    char *topic;        /* template: {type} {prefix}, or a fixed topic */
+    char *message_prefix; /* logical-message prefix ("" = off) */
+    long max_inflight;
+    long max_inflight_bytes;
+    double status_interval;    /* seconds */
+    double shutdown_timeout;   /* seconds to wait for deliveries on stop */
+    double reconnect_max;      /* seconds: cap of the reconnect backoff */
+    enum poison_policy on_poison;
+    char *dead_letter_topic;
+    enum log_level log_level;
+    enum log_format log_format;
+    char *config_file;
+    struct config_kv kafka[CONFIG_MAX_KAFKA_PROPS]; /* in order given */
+    size_t nkafka;
+};
+
+enum config_result { CONFIG_OK = 0, CONFIG_EXIT = 1, CONFIG_ERROR = -1 };
+
+/* Fills cfg from defaults, the config file, envp (NULL-terminated
+ * "NAME=value" strings) and argv. CONFIG_OK: ready to run. CONFIG_EXIT:
+ * --help or --version was printed to stdout; exit 0. CONFIG_ERROR: err holds
+ * what was wrong and what to do; exit 2. cfg owns every string in it; free
+ * with config_free() in every case. */
+enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
+                               char **envp, char *err, size_t errlen);
+
+void config_free(struct relay_config *cfg);
+
+/* The value of a librdkafka property set by the user, or NULL. */
+const char *config_kafka_get(const struct relay_config *cfg, const char *key);
+
+/* Registers every secret in cfg (DSN password, *.password / secret
+ * properties) with the logger so they are scrubbed from every line. */
+void config_register_secrets(const struct relay_config *cfg);
+
+/* Validates a replication slot name (PostgreSQL's rule: 1-63 of [a-z0-9_]).
+ * Returns 0, or -1 with a message in err. */
+int config_check_slot_name(const char *name, char *err, size_t errlen);
+
+/* Validates a topic template: literal parts must be legal Kafka topic
+ * characters [A-Za-z0-9._-], placeholders only {type} and {prefix}. */
+int config_check_topic_template(const char *tmpl, char *err, size_t errlen);
+
+/* Expands a topic template for an event type into out (capacity cap).
+ * Returns the length, or -1 if the result is empty, longer than 249 bytes
+ * or contains characters Kafka does not allow in topic names. */
+int config_expand_topic(const char *tmpl, const char *type, size_t type_len, char *out,
+                        size_t cap);
+
+#endif

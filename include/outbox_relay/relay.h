@@ -1,0 +1,46 @@
+/*
+ * relay.h — the relay itself: ties the replication stream, the wal2json
+ * decoder, the ack tracker and the Kafka sink together, and rides out
+ * connection losses with a capped, jittered exponential backoff.
+ *
+ * The guarantee it keeps: the slot's confirmed position only moves past a
+ * transaction once every event of it and of every transaction before it has
+ * a successful Kafka delivery report. Anything else (a crash, a kill, a lost
+ * connection) at worst sends some events again.
+ */
+#ifndef OUTBOX_RELAY_RELAY_H
+#define OUTBOX_RELAY_RELAY_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "outbox_relay/config.h"
+#include "outbox_relay/lsn.h"
+
+/* Counters the relay keeps; read by metrics. */
+struct relay_stats {
+    uint64_t events_produced;
+    uint64_t events_delivered;
+    uint64_t delivery_errors;
+    uint64_t dead_lettered;
+    uint64_t reconnects;
+    lsn_t received_lsn;
+    lsn_t confirmed_lsn;
+};
+
+struct relay;
+
+/* Creates a relay for cfg (which must outlive it). stop is set by signal
+ * handlers; the relay checks it between steps. Returns NULL with a message
+ * in err when the Kafka producer cannot be configured. */
+struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop, char *err,
+                        size_t errlen);
+void relay_free(struct relay *r);
+
+/* Runs until *stop is set (returns 0 after a clean stop: deliveries waited
+ * for, final status sent) or a fatal error (returns 1, error logged). */
+int relay_run(struct relay *r);
+
+const struct relay_stats *relay_stats(const struct relay *r);
+
+#endif

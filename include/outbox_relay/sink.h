@@ -1,0 +1,100 @@
+/*
+ * sink.h — the Kafka sink: owns the librdkafka producer.
+ *
+ * Events go out with key = aggregate id, value = payload, headers event_id,
+ * event_type and created_at, to the topic the template gives for the event's
+ * type. The producer is idempotent with acks=all and, unless the user says
+ * otherwise with -X, never times a message out (message.timeout.ms=0): a
+ * broker outage makes deliveries wait, it never turns into a skipped event.
+ *
+ * Delivery reports come back through sink_poll(), which calls the report
+ * callback exactly once per produced event, in the caller's thread, with the
+ * token given to sink_produce().
+ */
+#ifndef OUTBOX_RELAY_SINK_H
+#define OUTBOX_RELAY_SINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox_relay/config.h"
+#include "outbox_relay/decoder.h"
+
+#define SINK_ERRLEN 512
+
+enum sink_rc {
+    SINK_OK = 0,
+    SINK_FULL = -1,   /* librdkafka's queue is full: poll, then try again */
+    SINK_POISON = -2, /* this event can never be produced (bad topic, too big) */
+    SINK_FATAL = -3   /* the producer is unusable (fatal idempotence error, …) */
+};
+
+struct sink_report {
+    int err;                /* rd_kafka_resp_err_t; 0 = delivered */
+    const char *errstr;     /* NUL-terminated */
+    const char *event_id;   /* from the event_id header, "" if absent */
+    const char *event_type; /* from the event_type header, "" if absent */
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+    size_t bytes;           /* key + value bytes */
+    const char *key;        /* the record as produced, for dead letters */
+    size_t key_len;
+    const char *value;
+    size_t value_len;
+};
+
+typedef void (*sink_report_fn)(void *ctx, uint64_t token, const struct sink_report *rep);
+
+struct sink;
+
+/* Creates the producer from cfg (brokers, -X properties, defaults above).
+ * cfg must outlive the sink. Returns NULL with a message in err when
+ * librdkafka refuses the configuration. Free with sink_free(). */
+struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, void *ctx,
+                      char *err, size_t errlen);
+
+/* Flushes for at most timeout_ms, then destroys the producer. Events still
+ * undelivered are reported to no one: their LSN was never confirmed, so the
+ * next run sends them again. */
+void sink_free(struct sink *sk, int timeout_ms);
+
+/* Produces one event with `token` handed back in its report. Returns an
+ * enum sink_rc; SINK_POISON/SINK_FATAL leave a message in sink_errstr(). */
+int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token);
+
+/* Produces a raw record (dead letters): topic, key, value, headers as
+ * name/value pairs (n pairs). Same return values as sink_produce. */
+int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t key_len,
+                     const char *value, size_t value_len, const char *const *headers,
+                     size_t nheaders, uint64_t token);
+
+/* Serves delivery reports and producer events for at most timeout_ms.
+ * Returns the number of events served. */
+int sink_poll(struct sink *sk, int timeout_ms);
+
+/* A file descriptor that becomes readable when reports are waiting;
+ * sink_poll() drains it. */
+int sink_fd(const struct sink *sk);
+
+/* Waits up to timeout_ms until every produced event has been reported.
+ * Returns 0 when none is left, -1 on timeout. */
+int sink_flush(struct sink *sk, int timeout_ms);
+
+size_t sink_inflight(const struct sink *sk);
+size_t sink_inflight_bytes(const struct sink *sk);
+
+/* The largest message (key + value + headers) the producer accepts. */
+size_t sink_max_message_bytes(const struct sink *sk);
+
+/* True once librdkafka reported a fatal error; sink_errstr() says which. */
+bool sink_fatal(const struct sink *sk);
+
+/* True while at least one broker connection is up (as far as librdkafka's
+ * last error/up events tell). */
+bool sink_brokers_up(const struct sink *sk);
+
+const char *sink_errstr(const struct sink *sk);
+
+#endif

@@ -1,0 +1,91 @@
+/*
+ * stream.h — the replication stream: owns the libpq connection in
+ * replication=database mode, the slot checks, START_REPLICATION with the
+ * wal2json options, reading CopyData frames and sending status updates.
+ *
+ * Errors are split into what a retry can cure (server down, connection
+ * lost: STREAM_RETRY), a slot busy with another process (STREAM_BUSY: wait,
+ * another relayer may own it) and what it cannot (STREAM_FATAL: wal_level,
+ * missing plugin, no REPLICATION attribute, slot of another plugin, slot
+ * dropped or invalidated). stream_errstr() says which, with slot and LSN.
+ */
+#ifndef OUTBOX_RELAY_STREAM_H
+#define OUTBOX_RELAY_STREAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "outbox_relay/lsn.h"
+#include "outbox_relay/wire.h"
+
+enum stream_rc {
+    STREAM_OK = 0,
+    STREAM_RETRY = -1,
+    STREAM_BUSY = -2,
+    STREAM_FATAL = -3,
+    STREAM_END = -4 /* the server ended the copy (e.g. after our CopyDone) */
+};
+
+struct stream_options {
+    const char *dsn;
+    const char *slot;
+    const char *table_schema;
+    const char *table_name;
+    const char *message_prefix; /* "" or NULL: no logical messages */
+    bool create_slot;           /* create the slot when it does not exist */
+};
+
+struct stream;
+
+/* Creates an unconnected stream. The strings in opts are copied. Returns
+ * NULL on allocation failure. Free with stream_free(). */
+struct stream *stream_new(const struct stream_options *opts);
+void stream_free(struct stream *s);
+
+/* Connects, checks the server (wal_level, plugin, slot) and starts
+ * replication from max(start, slot's confirmed position). On STREAM_OK,
+ * *slot_confirmed holds the slot's confirmed_flush_lsn as the server had it.
+ * *created is set when this call created the slot. */
+int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *created);
+
+/* Reads the next frame without blocking. Returns 1 and fills *msg (valid
+ * until the next stream_read), 0 when nothing complete is buffered (wait on
+ * stream_socket), or a negative enum stream_rc. */
+int stream_read(struct stream *s, struct wire_msg *msg);
+
+/* Pulls whatever the socket has into libpq's buffer (after poll said
+ * readable). Returns 0 or a negative enum stream_rc. */
+int stream_consume(struct stream *s);
+
+/* Sends a standby status update. Returns 0 or a negative enum stream_rc. */
+int stream_send_status(struct stream *s, lsn_t write, lsn_t flush, bool reply_requested);
+
+/* Whether stream_start may create a missing slot. The relayer turns it off
+ * once it has streamed from the slot: a slot that disappears later was
+ * dropped by someone, and recreating it would silently skip events. */
+void stream_set_create_slot(struct stream *s, bool create);
+
+/* The socket to wait on, -1 when not connected. */
+int stream_socket(const struct stream *s);
+
+/* Ends the copy politely (CopyDone, drain the results, bounded by
+ * timeout_ms) and closes the connection. Safe on a closed stream. */
+void stream_stop(struct stream *s, int timeout_ms);
+
+/* Closes the connection at once (after an error). */
+void stream_close(struct stream *s);
+
+bool stream_connected(const struct stream *s);
+
+/* The backend pid of the walsender, for logs; 0 when not connected. */
+int stream_backend_pid(const struct stream *s);
+
+/* The last error, with context. Valid until the next call. */
+const char *stream_errstr(const struct stream *s);
+
+/* Builds the START_REPLICATION command for opts from start into buf
+ * (capacity cap). Pure; exposed for tests. Returns the length or -1. */
+int stream_build_start_command(const struct stream_options *opts, lsn_t start, char *buf,
+                               size_t cap);
+
+#endif

@@ -1,0 +1,699 @@
+/*
+ * config.c — the option table and the four sources it is read from (see
+ * config.h). Adding an option means adding one row to `options`.
+ */
+#include "outbox_relay/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <libpq-fe.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum opt_kind { OPT_STR, OPT_LONG, OPT_SIZE, OPT_SECONDS, OPT_LOGLEVEL, OPT_LOGFORMAT, OPT_POISON };
+
+struct opt_def {
+    const char *name; /* long option name, dashes */
+    enum opt_kind kind;
+    size_t offset;
+    const char *defval;
+    const char *arg;  /* placeholder in --help, NULL for none */
+    const char *help;
+};
+
+#define OFF(field) offsetof(struct relay_config, field)
+
+static const struct opt_def options[] = {
+    {"dsn", OPT_STR, OFF(dsn), NULL, "CONNINFO",
+     "PostgreSQL connection string (key=value or URI); required"},
+    {"brokers", OPT_STR, OFF(brokers), NULL, "HOST:PORT[,...]",
+     "Kafka bootstrap servers; required to run"},
+    {"slot", OPT_STR, OFF(slot), "outbox_relay", "NAME",
+     "logical replication slot (created with wal2json if missing)"},
+    {"table", OPT_STR, OFF(table), "public.events_outbox", "SCHEMA.TABLE",
+     "the outbox table whose INSERTs are relayed"},
+    {"topic", OPT_STR, OFF(topic), "{prefix}", "TEMPLATE",
+     "topic: fixed name, or a template with {type} and {prefix} (type before the first '.')"},
+    {"message-prefix", OPT_STR, OFF(message_prefix), "outbox", "PREFIX",
+     "also relay transactional logical messages with this prefix (\"\" turns it off)"},
+    {"max-inflight", OPT_LONG, OFF(max_inflight), "10000", "N",
+     "at most N events produced and not yet delivered; reading WAL pauses beyond"},
+    {"max-inflight-bytes", OPT_SIZE, OFF(max_inflight_bytes), "16M", "BYTES",
+     "at most this many payload bytes in flight (K/M/G suffixes)"},
+    {"status-interval", OPT_SECONDS, OFF(status_interval), "10", "SECONDS",
+     "interval of standby status updates to the server"},
+    {"shutdown-timeout", OPT_SECONDS, OFF(shutdown_timeout), "30", "SECONDS",
+     "on SIGTERM, how long to wait for outstanding deliveries"},
+    {"reconnect-max", OPT_SECONDS, OFF(reconnect_max), "30", "SECONDS",
+     "cap of the exponential reconnect backoff"},
+    {"on-poison", OPT_POISON, OFF(on_poison), "halt", "halt|dead-letter",
+     "what to do with an event no retry can deliver"},
+    {"dead-letter-topic", OPT_STR, OFF(dead_letter_topic), "outbox.dead-letter", "TOPIC",
+     "where --on-poison dead-letter sends poison events"},
+    {"log-level", OPT_LOGLEVEL, OFF(log_level), "info", "debug|info|warn|error", "log level"},
+    {"log-format", OPT_LOGFORMAT, OFF(log_format), "text", "text|json", "log line format"},
+    {"config", OPT_STR, OFF(config_file), NULL, "FILE",
+     "read `name = value` lines (kafka.<property> for librdkafka)"},
+};
+
+#define NOPTIONS (sizeof options / sizeof options[0])
+
+static const struct opt_def *find_option(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const char *o = options[i].name;
+        if (strlen(o) != len)
+            continue;
+        size_t j = 0;
+        for (; j < len; j++) {
+            char c = name[j] == '_' ? '-' : (char) tolower((unsigned char) name[j]);
+            if (c != o[j])
+                break;
+        }
+        if (j == len)
+            return &options[i];
+    }
+    return NULL;
+}
+
+static int parse_long(const char *s, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_size(const char *s, long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || v < 0)
+        return -1;
+    long long mult = 1;
+    if (*end == 'K' || *end == 'k')
+        mult = 1024LL, end++;
+    else if (*end == 'M' || *end == 'm')
+        mult = 1024LL * 1024, end++;
+    else if (*end == 'G' || *end == 'g')
+        mult = 1024LL * 1024 * 1024, end++;
+    if (*end == 'i' && mult > 1)
+        end++;
+    if ((*end == 'B' || *end == 'b') && end[1] == '\0')
+        end++;
+    if (*end != '\0' || v > (long long) (LONG_MAX / mult))
+        return -1;
+    *out = (long) (v * mult);
+    return 0;
+}
+
+static int parse_seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int set_kafka(struct relay_config *cfg, const char *key, size_t keylen,
+                     const char *value, char *err, size_t errlen)
+{
+    if (keylen == 0) {
+        snprintf(err, errlen, "empty librdkafka property name (use -X name=value)");
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->nkafka; i++) {
+        if (strlen(cfg->kafka[i].key) == keylen && memcmp(cfg->kafka[i].key, key, keylen) == 0) {
+            char *v = strdup(value);
+            if (v == NULL)
+                goto oom;
+            free(cfg->kafka[i].value);
+            cfg->kafka[i].value = v;
+            return 0;
+        }
+    }
+    if (cfg->nkafka >= CONFIG_MAX_KAFKA_PROPS) {
+        snprintf(err, errlen, "too many librdkafka properties (at most %d)",
+                 CONFIG_MAX_KAFKA_PROPS);
+        return -1;
+    }
+    cfg->kafka[cfg->nkafka].key = strndup(key, keylen);
+    cfg->kafka[cfg->nkafka].value = strdup(value);
+    if (cfg->kafka[cfg->nkafka].key == NULL || cfg->kafka[cfg->nkafka].value == NULL)
+        goto oom;
+    cfg->nkafka++;
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+/* -X key=value */
+static int set_kafka_kv(struct relay_config *cfg, const char *kv, const char *source,
+                        char *err, size_t errlen)
+{
+    const char *eq = strchr(kv, '=');
+    if (eq == NULL) {
+        snprintf(err, errlen, "%s: -X expects property=value, got \"%s\"", source, kv);
+        return -1;
+    }
+    return set_kafka(cfg, kv, (size_t) (eq - kv), eq + 1, err, errlen);
+}
+
+static int set_option(struct relay_config *cfg, const struct opt_def *o, const char *value,
+                      const char *source, char *err, size_t errlen)
+{
+    void *field = (char *) cfg + o->offset;
+    int lvl;
+
+    switch (o->kind) {
+    case OPT_STR: {
+        char *copy = strdup(value);
+        if (copy == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        free(*(char **) field);
+        *(char **) field = copy;
+        return 0;
+    }
+    case OPT_LONG:
+        if (parse_long(value, (long *) field) == 0)
+            return 0;
+        snprintf(err, errlen, "%s: --%s expects a whole number, got \"%s\"", source, o->name,
+                 value);
+        return -1;
+    case OPT_SIZE:
+        if (parse_size(value, (long *) field) == 0)
+            return 0;
+        snprintf(err, errlen, "%s: --%s expects a byte count such as 16M, got \"%s\"", source,
+                 o->name, value);
+        return -1;
+    case OPT_SECONDS:
+        if (parse_seconds(value, (double *) field) == 0)
+            return 0;
+        snprintf(err, errlen, "%s: --%s expects seconds (e.g. 10 or 0.5), got \"%s\"", source,
+                 o->name, value);
+        return -1;
+    case OPT_LOGLEVEL:
+        lvl = log_level_parse(value);
+        if (lvl >= 0) {
+            *(enum log_level *) field = (enum log_level) lvl;
+            return 0;
+        }
+        snprintf(err, errlen, "%s: --%s expects debug, info, warn or error, got \"%s\"", source,
+                 o->name, value);
+        return -1;
+    case OPT_LOGFORMAT:
+        if (strcmp(value, "text") == 0 || strcmp(value, "json") == 0) {
+            *(enum log_format *) field =
+                strcmp(value, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
+            return 0;
+        }
+        snprintf(err, errlen, "%s: --%s expects text or json, got \"%s\"", source, o->name,
+                 value);
+        return -1;
+    case OPT_POISON:
+        if (strcmp(value, "halt") == 0 || strcmp(value, "dead-letter") == 0) {
+            *(enum poison_policy *) field =
+                strcmp(value, "halt") == 0 ? POISON_HALT : POISON_DEAD_LETTER;
+            return 0;
+        }
+        snprintf(err, errlen, "%s: --%s expects halt or dead-letter, got \"%s\"", source,
+                 o->name, value);
+        return -1;
+    }
+    return -1;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char) *s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char) s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+static int load_file(struct relay_config *cfg, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(err, errlen, "cannot read config file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    bool others_can_read = fstat(fileno(f), &st) == 0 && (st.st_mode & S_IROTH);
+    bool has_secret = false;
+
+    char line[8192];
+    int lineno = 0, rc = 0;
+    char source[300];
+    while (rc == 0 && fgets(line, sizeof line, f) != NULL) {
+        lineno++;
+        snprintf(source, sizeof source, "%s:%d", path, lineno);
+        char *s = trim(line);
+        if (*s == '\0' || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (eq == NULL) {
+            snprintf(err, errlen, "%s: expected `name = value`", source);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *name = trim(s), *value = trim(eq + 1);
+        size_t vlen = strlen(value);
+        if (vlen >= 2 && ((value[0] == '"' && value[vlen - 1] == '"') ||
+                          (value[0] == '\'' && value[vlen - 1] == '\''))) {
+            value[vlen - 1] = '\0';
+            value++;
+        }
+        if (strncmp(name, "kafka.", 6) == 0) {
+            rc = set_kafka(cfg, name + 6, strlen(name + 6), value, err, errlen);
+            if (strstr(name, "password") || strstr(name, "secret"))
+                has_secret = true;
+            continue;
+        }
+        const struct opt_def *o = find_option(name, strlen(name));
+        if (o == NULL || strcmp(o->name, "config") == 0) {
+            snprintf(err, errlen, "%s: unknown setting \"%s\" (see --help; librdkafka properties "
+                     "go as kafka.<property>)", source, name);
+            rc = -1;
+            break;
+        }
+        if (strcmp(o->name, "dsn") == 0 && strstr(value, "password") != NULL)
+            has_secret = true;
+        if (strcmp(o->name, "dsn") == 0 && strstr(value, "://") && strchr(value, '@'))
+            has_secret = true;
+        rc = set_option(cfg, o, value, source, err, errlen);
+    }
+    fclose(f);
+    if (rc == 0 && has_secret && others_can_read)
+        log_warn("config file %s holds secrets and is readable by other users; "
+                 "chmod 600 it", path);
+    return rc;
+}
+
+static void print_help(const char *prog)
+{
+    printf("outbox-relay %s — stream a PostgreSQL transactional outbox to Kafka from the WAL\n\n",
+           OUTBOX_RELAY_VERSION);
+    printf("Usage:\n"
+           "  %s [run] --dsn CONNINFO --brokers HOST:PORT [options]\n"
+           "  %s --help | --version\n\n"
+           "Options (each also as OUTBOX_RELAY_<NAME> in the environment and as\n"
+           "`name = value` in a --config file; command line wins, then environment):\n",
+           prog, prog);
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s %s", options[i].name,
+                 options[i].arg ? options[i].arg : "");
+        printf("  %-34s %s", left, options[i].help);
+        if (options[i].defval)
+            printf(" (default: %s)", options[i].defval);
+        printf("\n");
+    }
+    printf("  %-34s %s\n", "-X PROPERTY=VALUE",
+           "librdkafka property (TLS, SASL, compression, linger...), repeatable;");
+    printf("  %-34s %s\n", "", "env OUTBOX_RELAY_KAFKA_<PROPERTY> with '_' for '.'");
+    printf("  %-34s %s\n", "-h, --help", "this help");
+    printf("  %-34s %s\n", "-V, --version", "print the version");
+    printf("\nExit status: 0 after a clean stop (SIGTERM/SIGINT), 1 on a fatal error,\n"
+           "2 on bad usage or configuration.\n");
+}
+
+int config_check_slot_name(const char *name, char *err, size_t errlen)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 63) {
+        snprintf(err, errlen, "slot name must be 1 to 63 characters, got %zu", n);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
+            snprintf(err, errlen,
+                     "slot name \"%s\" may only contain lower-case letters, digits and "
+                     "underscores (PostgreSQL's rule)", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static bool topic_char_ok(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+}
+
+int config_check_topic_template(const char *tmpl, char *err, size_t errlen)
+{
+    if (*tmpl == '\0') {
+        snprintf(err, errlen, "topic template is empty");
+        return -1;
+    }
+    for (const char *p = tmpl; *p != '\0'; p++) {
+        if (*p == '{') {
+            if (strncmp(p, "{type}", 6) == 0) {
+                p += 5;
+                continue;
+            }
+            if (strncmp(p, "{prefix}", 8) == 0) {
+                p += 7;
+                continue;
+            }
+            snprintf(err, errlen, "topic template \"%s\": only {type} and {prefix} may stand "
+                     "in braces", tmpl);
+            return -1;
+        }
+        if (!topic_char_ok(*p)) {
+            snprintf(err, errlen, "topic template \"%s\": '%c' is not allowed in Kafka topic "
+                     "names (use letters, digits, '.', '_' and '-')", tmpl, *p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int config_expand_topic(const char *tmpl, const char *type, size_t type_len, char *out,
+                        size_t cap)
+{
+    size_t n = 0, prefix_len = type_len;
+    const char *dot = memchr(type, '.', type_len);
+    if (dot != NULL)
+        prefix_len = (size_t) (dot - type);
+
+    for (const char *p = tmpl; *p != '\0'; p++) {
+        const char *src = p;
+        size_t len = 1;
+        if (*p == '{' && strncmp(p, "{type}", 6) == 0) {
+            src = type, len = type_len, p += 5;
+        } else if (*p == '{' && strncmp(p, "{prefix}", 8) == 0) {
+            src = type, len = prefix_len, p += 7;
+        }
+        if (n + len >= cap)
+            return -1;
+        memcpy(out + n, src, len);
+        n += len;
+    }
+    out[n] = '\0';
+    if (n == 0 || n > 249 || (n == 1 && out[0] == '.') || (n == 2 && strcmp(out, "..") == 0))
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!topic_char_ok(out[i]))
+            return -1;
+    return (int) n;
+}
+
+static bool ident_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+              (i > 0 && c >= '0' && c <= '9') || (i > 0 && c == '$')))
+            return false;
+    }
+    return true;
+}
+
+static int validate(struct relay_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->dsn == NULL || *cfg->dsn == '\0') {
+        snprintf(err, errlen, "--dsn is required (a PostgreSQL connection string, e.g. "
+                 "\"host=db dbname=app user=outbox_relay\")");
+        return -1;
+    }
+    if (cfg->command == RELAY_CMD_RUN && (cfg->brokers == NULL || *cfg->brokers == '\0') &&
+        config_kafka_get(cfg, "bootstrap.servers") == NULL) {
+        snprintf(err, errlen, "--brokers is required (Kafka bootstrap servers, HOST:PORT[,...])");
+        return -1;
+    }
+    char *errmsg = NULL;
+    PQconninfoOption *opts = PQconninfoParse(cfg->dsn, &errmsg);
+    if (opts == NULL) {
+        /* libpq's message may quote the DSN; do not echo it. */
+        snprintf(err, errlen, "--dsn is not a valid PostgreSQL connection string (%s)",
+                 errmsg && strstr(errmsg, "missing") ? "missing \"=\" after a keyword"
+                                                     : "syntax error");
+        PQfreemem(errmsg);
+        return -1;
+    }
+    PQconninfoFree(opts);
+    if (config_check_slot_name(cfg->slot, err, errlen) < 0)
+        return -1;
+
+    const char *dot = strchr(cfg->table, '.');
+    const char *schema = "public", *name = cfg->table;
+    size_t slen = 6, nlen = strlen(cfg->table);
+    if (dot != NULL) {
+        schema = cfg->table, slen = (size_t) (dot - cfg->table);
+        name = dot + 1, nlen = strlen(dot + 1);
+    }
+    if (!ident_ok(schema, slen) || !ident_ok(name, nlen)) {
+        snprintf(err, errlen, "--table \"%s\" must be SCHEMA.TABLE with plain identifiers "
+                 "(letters, digits, '_', '$'; at most 63 each)", cfg->table);
+        return -1;
+    }
+    free(cfg->table_schema);
+    free(cfg->table_name);
+    cfg->table_schema = strndup(schema, slen);
+    cfg->table_name = strndup(name, nlen);
+
+    if (config_check_topic_template(cfg->topic, err, errlen) < 0)
+        return -1;
+    if (config_check_topic_template(cfg->dead_letter_topic, err, errlen) < 0 ||
+        strchr(cfg->dead_letter_topic, '{') != NULL) {
+        snprintf(err, errlen, "--dead-letter-topic \"%s\" must be a plain Kafka topic name",
+                 cfg->dead_letter_topic);
+        return -1;
+    }
+    for (const char *p = cfg->message_prefix; *p; p++) {
+        if (!isprint((unsigned char) *p) || *p == '\'' || *p == '\\' || *p == ',') {
+            snprintf(err, errlen, "--message-prefix may not contain quotes, backslashes, "
+                     "commas or control characters");
+            return -1;
+        }
+    }
+    if (cfg->max_inflight < 1 || cfg->max_inflight > 10000000) {
+        snprintf(err, errlen, "--max-inflight must be between 1 and 10000000, got %ld",
+                 cfg->max_inflight);
+        return -1;
+    }
+    if (cfg->max_inflight_bytes < 1024) {
+        snprintf(err, errlen, "--max-inflight-bytes must be at least 1K, got %ld",
+                 cfg->max_inflight_bytes);
+        return -1;
+    }
+    if (cfg->status_interval < 0.05 || cfg->status_interval > 3600) {
+        snprintf(err, errlen, "--status-interval must be between 0.05 and 3600 seconds");
+        return -1;
+    }
+    if (cfg->reconnect_max < 0.1) {
+        snprintf(err, errlen, "--reconnect-max must be at least 0.1 seconds");
+        return -1;
+    }
+    return 0;
+}
+
+/* Finds --config in argv or the environment before anything else is read. */
+static const char *find_config_path(int argc, char **argv, char **envp)
+{
+    const char *path = NULL;
+    for (char **e = envp; e && *e; e++)
+        if (strncmp(*e, "OUTBOX_RELAY_CONFIG=", 20) == 0)
+            path = *e + 20;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            path = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+    }
+    return path;
+}
+
+static int load_env(struct relay_config *cfg, char **envp, char *err, size_t errlen)
+{
+    static const char pfx[] = "OUTBOX_RELAY_";
+    static const char kpfx[] = "OUTBOX_RELAY_KAFKA_";
+    for (char **e = envp; e && *e; e++) {
+        if (strncmp(*e, pfx, sizeof pfx - 1) != 0)
+            continue;
+        const char *name = *e + sizeof pfx - 1;
+        const char *eq = strchr(name, '=');
+        if (eq == NULL)
+            continue;
+        char source[128];
+        snprintf(source, sizeof source, "environment %.*s", (int) (eq - *e), *e);
+        if (strncmp(*e, kpfx, sizeof kpfx - 1) == 0) {
+            const char *k = *e + sizeof kpfx - 1;
+            char key[256];
+            size_t n = (size_t) (eq - k);
+            if (n >= sizeof key)
+                continue;
+            for (size_t i = 0; i < n; i++)
+                key[i] = k[i] == '_' ? '.' : (char) tolower((unsigned char) k[i]);
+            key[n] = '\0';
+            if (set_kafka(cfg, key, n, eq + 1, err, errlen) < 0)
+                return -1;
+            continue;
+        }
+        const struct opt_def *o = find_option(name, (size_t) (eq - name));
+        if (o == NULL || strcmp(o->name, "config") == 0)
+            continue; /* OUTBOX_RELAY_BUILD and friends belong to others */
+        if (set_option(cfg, o, eq + 1, source, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int load_args(struct relay_config *cfg, int argc, char **argv, char *err,
+                     size_t errlen, bool *exit_now)
+{
+    int i = 1;
+    if (argc > 1 && argv[1][0] != '-') {
+        if (strcmp(argv[1], "run") == 0)
+            cfg->command = RELAY_CMD_RUN;
+        else if (strcmp(argv[1], "reap") == 0)
+            cfg->command = RELAY_CMD_REAP;
+        else if (strcmp(argv[1], "status") == 0)
+            cfg->command = RELAY_CMD_STATUS;
+        else {
+            snprintf(err, errlen, "unknown command \"%s\" (expected run, reap or status; "
+                     "see --help)", argv[1]);
+            return -1;
+        }
+        i = 2;
+    }
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            print_help(argv[0]);
+            *exit_now = true;
+            return 0;
+        }
+        if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+            printf("outbox-relay %s\n", OUTBOX_RELAY_VERSION);
+            *exit_now = true;
+            return 0;
+        }
+        if (strncmp(a, "-X", 2) == 0) {
+            const char *kv = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+            if (kv == NULL) {
+                snprintf(err, errlen, "-X needs property=value");
+                return -1;
+            }
+            if (set_kafka_kv(cfg, kv, "command line", err, errlen) < 0)
+                return -1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
+            return -1;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t) (eq - name) : strlen(name);
+        const struct opt_def *o = find_option(name, nlen);
+        if (o == NULL || memchr(name, '_', nlen) != NULL) {
+            snprintf(err, errlen, "unknown option --%.*s (see --help)", (int) nlen, name);
+            return -1;
+        }
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (value == NULL) {
+            snprintf(err, errlen, "--%s needs a value (%s)", o->name, o->arg ? o->arg : "");
+            return -1;
+        }
+        if (strcmp(o->name, "config") == 0)
+            continue; /* read first, by find_config_path */
+        if (set_option(cfg, o, value, "command line", err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
+                               char **envp, char *err, size_t errlen)
+{
+    bool exit_now = false;
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (options[i].defval && set_option(cfg, &options[i], options[i].defval, "default",
+                                            err, errlen) < 0)
+            return CONFIG_ERROR;
+
+    const char *path = find_config_path(argc, argv, envp);
+    if (path != NULL) {
+        cfg->config_file = strdup(path);
+        if (load_file(cfg, path, err, errlen) < 0)
+            return CONFIG_ERROR;
+    }
+    if (load_env(cfg, envp, err, errlen) < 0)
+        return CONFIG_ERROR;
+    if (load_args(cfg, argc, argv, err, errlen, &exit_now) < 0)
+        return CONFIG_ERROR;
+    if (exit_now)
+        return CONFIG_EXIT;
+    if (validate(cfg, err, errlen) < 0)
+        return CONFIG_ERROR;
+    return CONFIG_OK;
+}
+
+void config_free(struct relay_config *cfg)
+{
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (options[i].kind == OPT_STR) {
+            char **f = (char **) ((char *) cfg + options[i].offset);
+            free(*f);
+            *f = NULL;
+        }
+    free(cfg->table_schema);
+    free(cfg->table_name);
+    cfg->table_schema = cfg->table_name = NULL;
+    for (size_t i = 0; i < cfg->nkafka; i++) {
+        free(cfg->kafka[i].key);
+        free(cfg->kafka[i].value);
+    }
+    cfg->nkafka = 0;
+}
+
+const char *config_kafka_get(const struct relay_config *cfg, const char *key)
+{
+    for (size_t i = 0; i < cfg->nkafka; i++)
+        if (strcmp(cfg->kafka[i].key, key) == 0)
+            return cfg->kafka[i].value;
+    return NULL;
+}
+
+void config_register_secrets(const struct relay_config *cfg)
+{
+    if (cfg->dsn != NULL) {
+        PQconninfoOption *opts = PQconninfoParse(cfg->dsn, NULL);
+        for (PQconninfoOption *o = opts; o && o->keyword; o++)
+            if (o->val && (strcmp(o->keyword, "password") == 0 ||
+                           strcmp(o->keyword, "sslpassword") == 0))
+                log_add_secret(o->val);
+        PQconninfoFree(opts);
+    }
+    for (size_t i = 0; i < cfg->nkafka; i++) {
+        const char *k = cfg->kafka[i].key;
+        if (strstr(k, "password") || strstr(k, "secret") || strstr(k, "jaas") ||
+            strstr(k, "token"))
+            log_add_secret(cfg->kafka[i].value);
+    }
+}

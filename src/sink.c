@@ -1,0 +1,368 @@
+/*
+ * sink.c — the Kafka producer (see sink.h).
+ *
+ * Shaped after librdkafka's examples/producer.c and idempotent_producer.c:
+ * the delivery report callback runs from rd_kafka_poll() in our thread,
+ * exactly once per message; QUEUE_FULL is handed back to the caller, who
+ * polls and retries; ERR__FATAL from the error callback makes the sink
+ * unusable. librdkafka signals pending reports on a pipe (queue IO event),
+ * so the main loop can wait on PostgreSQL's socket and Kafka at once.
+ */
+#include "outbox_relay/sink.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "outbox_relay/log.h"
+
+struct sink {
+    const struct relay_config *cfg;
+    rd_kafka_t *rk;
+    rd_kafka_queue_t *mainq;
+    int pipefd[2];
+    sink_report_fn on_report;
+    void *ctx;
+    size_t inflight;
+    size_t inflight_bytes;
+    size_t max_message_bytes;
+    bool fatal;
+    bool closing;
+    bool brokers_up;
+    char errstr[SINK_ERRLEN];
+};
+
+/* Copies a header value into dst as a NUL-terminated string. */
+static void header_str(rd_kafka_headers_t *hdrs, const char *name, char *dst, size_t cap)
+{
+    const void *val = NULL;
+    size_t size = 0;
+    dst[0] = '\0';
+    if (hdrs && rd_kafka_header_get_last(hdrs, name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        val != NULL) {
+        if (size >= cap)
+            size = cap - 1;
+        memcpy(dst, val, size);
+        dst[size] = '\0';
+    }
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    struct sink *sk = opaque;
+    size_t bytes = m->len + m->key_len;
+    sk->inflight--;
+    sk->inflight_bytes -= bytes < sk->inflight_bytes ? bytes : sk->inflight_bytes;
+    if (sk->closing)
+        return;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        sk->brokers_up = true;
+
+    char event_id[64], event_type[256];
+    rd_kafka_headers_t *hdrs = NULL;
+    rd_kafka_message_headers(m, &hdrs);
+    header_str(hdrs, "event_id", event_id, sizeof event_id);
+    header_str(hdrs, "event_type", event_type, sizeof event_type);
+
+    struct sink_report rep = {
+        .err = m->err,
+        .errstr = m->err ? rd_kafka_err2str(m->err) : "",
+        .event_id = event_id,
+        .event_type = event_type,
+        .topic = m->rkt ? rd_kafka_topic_name(m->rkt) : "",
+        .partition = m->partition,
+        .offset = m->offset,
+        .bytes = bytes,
+        .key = m->key,
+        .key_len = m->key_len,
+        .value = m->payload,
+        .value_len = m->len,
+    };
+    sk->on_report(sk->ctx, (uint64_t) (uintptr_t) m->_private, &rep);
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    struct sink *sk = opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char buf[256];
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof buf);
+        snprintf(sk->errstr, sizeof sk->errstr, "fatal Kafka producer error %s: %s",
+                 rd_kafka_err2name(orig), buf);
+        sk->fatal = true;
+        log_error("%s", sk->errstr);
+        return;
+    }
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        sk->brokers_up = false;
+        log_warn("all Kafka brokers are down (%s); deliveries wait, nothing is confirmed "
+                 "until they are back", reason);
+        return;
+    }
+    log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
+}
+
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    enum log_level l = level <= 3 ? LOG_LEVEL_ERROR
+                     : level <= 4 ? LOG_LEVEL_WARN
+                     : level <= 6 ? LOG_LEVEL_INFO
+                                  : LOG_LEVEL_DEBUG;
+    if (log_enabled(l))
+        log_msg(l, "kafka %s: %s", fac, buf);
+}
+
+static int conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, char *err,
+                    size_t errlen)
+{
+    char e[256];
+    if (rd_kafka_conf_set(conf, k, v, e, sizeof e) != RD_KAFKA_CONF_OK) {
+        /* Never echo the value: it may be a password. */
+        snprintf(err, errlen, "librdkafka property %s: %s", k, e);
+        return -1;
+    }
+    return 0;
+}
+
+struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, void *ctx,
+                      char *err, size_t errlen)
+{
+    struct sink *sk = calloc(1, sizeof *sk);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (sk == NULL || conf == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    sk->cfg = cfg;
+    sk->on_report = on_report;
+    sk->ctx = ctx;
+    sk->pipefd[0] = sk->pipefd[1] = -1;
+    sk->brokers_up = true;
+
+    /* Our defaults first; the user's -X properties win. */
+    if ((cfg->brokers && *cfg->brokers &&
+         conf_set(conf, "bootstrap.servers", cfg->brokers, err, errlen) < 0) ||
+        conf_set(conf, "client.id", "outbox-relay", err, errlen) < 0 ||
+        conf_set(conf, "enable.idempotence", "true", err, errlen) < 0 ||
+        conf_set(conf, "acks", "all", err, errlen) < 0 ||
+        conf_set(conf, "message.timeout.ms", "0", err, errlen) < 0 ||
+        conf_set(conf, "linger.ms", "5", err, errlen) < 0 ||
+        conf_set(conf, "log_level", log_enabled(LOG_LEVEL_DEBUG) ? "7" : "6", err, errlen) < 0)
+        goto fail;
+    for (size_t i = 0; i < cfg->nkafka; i++)
+        if (conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, err, errlen) < 0)
+            goto fail;
+
+    char buf[64];
+    size_t sz = sizeof buf;
+    sk->max_message_bytes = 1000000;
+    if (rd_kafka_conf_get(conf, "message.max.bytes", buf, &sz) == RD_KAFKA_CONF_OK)
+        sk->max_message_bytes = strtoull(buf, NULL, 10);
+
+    rd_kafka_conf_set_opaque(conf, sk);
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_error_cb(conf, on_error);
+    rd_kafka_conf_set_log_cb(conf, on_log);
+
+    char e[512];
+    sk->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
+    if (sk->rk == NULL) {
+        snprintf(err, errlen, "cannot create the Kafka producer: %s", e);
+        goto fail;
+    }
+    conf = NULL; /* owned by rk now */
+
+    if (pipe(sk->pipefd) < 0) {
+        snprintf(err, errlen, "cannot create a pipe for Kafka events");
+        goto fail;
+    }
+    fcntl(sk->pipefd[0], F_SETFL, O_NONBLOCK);
+    fcntl(sk->pipefd[1], F_SETFL, O_NONBLOCK);
+    sk->mainq = rd_kafka_queue_get_main(sk->rk);
+    rd_kafka_queue_io_event_enable(sk->mainq, sk->pipefd[1], "1", 1);
+    return sk;
+
+fail:
+    if (conf != NULL)
+        rd_kafka_conf_destroy(conf);
+    if (sk != NULL) {
+        if (sk->rk != NULL)
+            rd_kafka_destroy(sk->rk);
+        if (sk->pipefd[0] >= 0) {
+            close(sk->pipefd[0]);
+            close(sk->pipefd[1]);
+        }
+        free(sk);
+    }
+    return NULL;
+}
+
+void sink_free(struct sink *sk, int timeout_ms)
+{
+    if (sk == NULL)
+        return;
+    sink_flush(sk, timeout_ms);
+    sk->closing = true;
+    if (sk->inflight > 0) {
+        log_warn("%zu events were not delivered before shutdown; their position was not "
+                 "confirmed, so the next run sends them again", sk->inflight);
+        rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT |
+                                   RD_KAFKA_PURGE_F_NON_BLOCKING);
+        rd_kafka_poll(sk->rk, 0);
+    }
+    rd_kafka_queue_io_event_enable(sk->mainq, -1, NULL, 0);
+    rd_kafka_queue_destroy(sk->mainq);
+    rd_kafka_destroy(sk->rk);
+    close(sk->pipefd[0]);
+    close(sk->pipefd[1]);
+    free(sk);
+}
+
+static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic,
+                       const char *event_id)
+{
+    if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        return SINK_FULL;
+    snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s topic=%s: produce failed: %s (%s)",
+             event_id, topic, rd_kafka_err2str(e), rd_kafka_err2name(e));
+    if (e == RD_KAFKA_RESP_ERR__FATAL || sk->fatal)
+        return SINK_FATAL;
+    return SINK_POISON;
+}
+
+int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
+{
+    char topic[256];
+    if (sk->fatal)
+        return SINK_FATAL;
+    if (config_expand_topic(sk->cfg->topic, ev->type, ev->type_len, topic, sizeof topic) < 0) {
+        snprintf(sk->errstr, sizeof sk->errstr,
+                 "event_id=%s type=\"%.*s\": topic template \"%s\" gives no valid Kafka topic "
+                 "name (1-249 of [A-Za-z0-9._-])", ev->event_id, (int) ev->type_len, ev->type,
+                 sk->cfg->topic);
+        return SINK_POISON;
+    }
+    size_t bytes = ev->aggregate_id_len + ev->payload_len;
+    size_t hdr_bytes = strlen(ev->event_id) + ev->type_len + ev->created_at_len + 64;
+    if (bytes + hdr_bytes > sk->max_message_bytes) {
+        snprintf(sk->errstr, sizeof sk->errstr,
+                 "event_id=%s type=\"%.*s\" topic=%s: event of %zu bytes is larger than "
+                 "message.max.bytes (%zu)", ev->event_id, (int) ev->type_len, ev->type, topic,
+                 bytes + hdr_bytes, sk->max_message_bytes);
+        return SINK_POISON;
+    }
+
+    rd_kafka_resp_err_t e;
+    if (ev->created_at != NULL)
+        e = rd_kafka_producev(
+            sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_KEY(ev->aggregate_id, ev->aggregate_id_len),
+            RD_KAFKA_V_VALUE((void *) ev->payload, ev->payload_len),
+            RD_KAFKA_V_HEADER("event_id", ev->event_id, -1),
+            RD_KAFKA_V_HEADER("event_type", ev->type, (ssize_t) ev->type_len),
+            RD_KAFKA_V_HEADER("created_at", ev->created_at, (ssize_t) ev->created_at_len),
+            RD_KAFKA_V_OPAQUE((void *) (uintptr_t) token), RD_KAFKA_V_END);
+    else
+        e = rd_kafka_producev(
+            sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_KEY(ev->aggregate_id, ev->aggregate_id_len),
+            RD_KAFKA_V_VALUE((void *) ev->payload, ev->payload_len),
+            RD_KAFKA_V_HEADER("event_id", ev->event_id, -1),
+            RD_KAFKA_V_HEADER("event_type", ev->type, (ssize_t) ev->type_len),
+            RD_KAFKA_V_OPAQUE((void *) (uintptr_t) token), RD_KAFKA_V_END);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return produce_err(sk, e, topic, ev->event_id);
+    sk->inflight++;
+    sk->inflight_bytes += bytes;
+    return SINK_OK;
+}
+
+int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t key_len,
+                     const char *value, size_t value_len, const char *const *headers,
+                     size_t nheaders, uint64_t token)
+{
+    if (sk->fatal)
+        return SINK_FATAL;
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(nheaders);
+    for (size_t i = 0; i < nheaders; i++)
+        rd_kafka_header_add(hdrs, headers[2 * i], -1, headers[2 * i + 1], -1);
+    const char *event_id = "";
+    for (size_t i = 0; i < nheaders; i++)
+        if (strcmp(headers[2 * i], "event_id") == 0)
+            event_id = headers[2 * i + 1];
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE((void *) value, value_len),
+        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE((void *) (uintptr_t) token),
+        RD_KAFKA_V_END);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
+        return produce_err(sk, e, topic, event_id);
+    }
+    sk->inflight++;
+    sk->inflight_bytes += key_len + value_len;
+    return SINK_OK;
+}
+
+int sink_poll(struct sink *sk, int timeout_ms)
+{
+    char drain[64];
+    while (read(sk->pipefd[0], drain, sizeof drain) > 0)
+        ;
+    return rd_kafka_poll(sk->rk, timeout_ms);
+}
+
+int sink_fd(const struct sink *sk)
+{
+    return sk->pipefd[0];
+}
+
+int sink_flush(struct sink *sk, int timeout_ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (sk->inflight > 0 || rd_kafka_outq_len(sk->rk) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long elapsed = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (elapsed >= timeout_ms)
+            return -1;
+        long wait = timeout_ms - elapsed;
+        sink_poll(sk, wait < 100 ? (int) wait : 100);
+    }
+    return 0;
+}
+
+size_t sink_inflight(const struct sink *sk)
+{
+    return sk->inflight;
+}
+
+size_t sink_inflight_bytes(const struct sink *sk)
+{
+    return sk->inflight_bytes;
+}
+
+size_t sink_max_message_bytes(const struct sink *sk)
+{
+    return sk->max_message_bytes;
+}
+
+bool sink_fatal(const struct sink *sk)
+{
+    return sk->fatal;
+}
+
+bool sink_brokers_up(const struct sink *sk)
+{
+    return sk->brokers_up;
+}
+
+const char *sink_errstr(const struct sink *sk)
+{
+    return sk->errstr;
+}

@@ -1,0 +1,540 @@
+/*
+ * stream.c — the replication connection (see stream.h).
+ *
+ * The flow follows pg_recvlogical: connect with replication=database,
+ * IDENTIFY_SYSTEM, check the server and the slot with plain SQL (allowed on
+ * a database walsender since PostgreSQL 10; simple protocol only, so
+ * literals are escaped with PQescapeLiteral), START_REPLICATION, then read
+ * CopyData without blocking and answer with standby status updates.
+ */
+#include "outbox_relay/stream.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "outbox_relay/log.h"
+
+#define STREAM_ERRLEN 1024
+
+struct stream {
+    char *dsn;
+    char *slot;
+    char *table_schema;
+    char *table_name;
+    char *message_prefix;
+    bool create_slot;
+    PGconn *conn;
+    char *copybuf; /* last frame from PQgetCopyData, freed on the next read */
+    char errstr[STREAM_ERRLEN];
+};
+
+static char *dup_or_empty(const char *s)
+{
+    return strdup(s ? s : "");
+}
+
+struct stream *stream_new(const struct stream_options *opts)
+{
+    struct stream *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->dsn = dup_or_empty(opts->dsn);
+    s->slot = dup_or_empty(opts->slot);
+    s->table_schema = dup_or_empty(opts->table_schema);
+    s->table_name = dup_or_empty(opts->table_name);
+    s->message_prefix = dup_or_empty(opts->message_prefix);
+    s->create_slot = opts->create_slot;
+    if (!s->dsn || !s->slot || !s->table_schema || !s->table_name || !s->message_prefix) {
+        stream_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void stream_free(struct stream *s)
+{
+    if (s == NULL)
+        return;
+    stream_close(s);
+    free(s->dsn);
+    free(s->slot);
+    free(s->table_schema);
+    free(s->table_name);
+    free(s->message_prefix);
+    free(s);
+}
+
+const char *stream_errstr(const struct stream *s)
+{
+    return s->errstr;
+}
+
+bool stream_connected(const struct stream *s)
+{
+    return s->conn != NULL;
+}
+
+void stream_set_create_slot(struct stream *s, bool create)
+{
+    s->create_slot = create;
+}
+
+int stream_socket(const struct stream *s)
+{
+    return s->conn ? PQsocket(s->conn) : -1;
+}
+
+int stream_backend_pid(const struct stream *s)
+{
+    return s->conn ? PQbackendPID(s->conn) : 0;
+}
+
+/* Copies a libpq message without its trailing newline(s). */
+static void copy_pq_message(char *dst, size_t cap, const char *msg)
+{
+    snprintf(dst, cap, "%s", msg ? msg : "");
+    size_t n = strlen(dst);
+    while (n > 0 && (dst[n - 1] == '\n' || dst[n - 1] == ' '))
+        dst[--n] = '\0';
+    for (char *p = dst; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+}
+
+static int fail(struct stream *s, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct stream *s, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->errstr, sizeof s->errstr, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+void stream_close(struct stream *s)
+{
+    if (s->copybuf != NULL) {
+        PQfreemem(s->copybuf);
+        s->copybuf = NULL;
+    }
+    if (s->conn != NULL) {
+        PQfinish(s->conn);
+        s->conn = NULL;
+    }
+}
+
+/* Connection failures that no retry cures: say what to change. */
+static int classify_connect_error(struct stream *s, const char *msg)
+{
+    if (strstr(msg, "must be superuser or replication role") ||
+        strstr(msg, "permission denied to start WAL sender"))
+        return fail(s, STREAM_FATAL,
+                    "the role lacks the REPLICATION attribute needed for a replication "
+                    "slot: ALTER ROLE <role> REPLICATION, or use the outbox_relay role from "
+                    "sql/003_relay_role.sql (server said: %s)", msg);
+    if (strstr(msg, "no pg_hba.conf entry") && strstr(msg, "replication"))
+        return fail(s, STREAM_FATAL,
+                    "pg_hba.conf does not allow this replication connection: add a "
+                    "\"host replication <role> <address> scram-sha-256\" line (server said: %s)",
+                    msg);
+    if (strstr(msg, "password authentication failed") || strstr(msg, "no pg_hba.conf entry") ||
+        (strstr(msg, "role \"") && strstr(msg, "does not exist")) ||
+        (strstr(msg, "database \"") && strstr(msg, "does not exist")))
+        return fail(s, STREAM_FATAL, "cannot connect to PostgreSQL: %s", msg);
+    return fail(s, STREAM_RETRY, "cannot connect to PostgreSQL (will retry): %s", msg);
+}
+
+static int connect_replication(struct stream *s)
+{
+    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
+                          "keepalives_count", "fallback_application_name", "dbname",
+                          "replication", NULL};
+    const char *vals[] = {"10", "10", "5", "3", "outbox-relay", s->dsn, "database", NULL};
+
+    stream_close(s);
+    s->conn = PQconnectdbParams(keys, vals, 1);
+    if (s->conn == NULL)
+        return fail(s, STREAM_RETRY, "cannot connect to PostgreSQL: out of memory");
+    if (PQstatus(s->conn) != CONNECTION_OK) {
+        char msg[STREAM_ERRLEN];
+        copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+        stream_close(s);
+        return classify_connect_error(s, msg);
+    }
+    return STREAM_OK;
+}
+
+/* Runs a command that returns rows; on error fills errstr and returns NULL. */
+static PGresult *query(struct stream *s, const char *sql, const char *what)
+{
+    PGresult *res = PQexec(s->conn, sql);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        return res;
+    char msg[STREAM_ERRLEN];
+    copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+    fail(s, PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY,
+         "slot=%s: %s failed: %s", s->slot, what, msg);
+    PQclear(res);
+    return NULL;
+}
+
+static int error_rc(struct stream *s)
+{
+    return PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY;
+}
+
+static int check_server(struct stream *s)
+{
+    PGresult *res = query(s, "IDENTIFY_SYSTEM", "IDENTIFY_SYSTEM");
+    if (res == NULL)
+        return error_rc(s);
+    bool has_db = PQnfields(res) >= 4 && PQntuples(res) == 1 && !PQgetisnull(res, 0, 3);
+    PQclear(res);
+    if (!has_db)
+        return fail(s, STREAM_FATAL, "IDENTIFY_SYSTEM returned no database: the connection "
+                    "must name the database that holds the outbox (dbname=...)");
+
+    res = query(s, "SHOW wal_level", "SHOW wal_level");
+    if (res == NULL)
+        return error_rc(s);
+    char level[64];
+    snprintf(level, sizeof level, "%s", PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "?");
+    PQclear(res);
+    if (strcmp(level, "logical") != 0)
+        return fail(s, STREAM_FATAL,
+                    "wal_level is '%s' on the server, logical decoding needs wal_level = "
+                    "logical: run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL",
+                    level);
+    return STREAM_OK;
+}
+
+enum slot_state { SLOT_MISSING, SLOT_READY };
+
+/* Looks the slot up and refuses what we must not use. */
+static int check_slot(struct stream *s, enum slot_state *state, lsn_t *confirmed)
+{
+    char *lit = PQescapeLiteral(s->conn, s->slot, strlen(s->slot));
+    if (lit == NULL)
+        return fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->slot);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT plugin, slot_type, database, database = current_database(), active, "
+             "active_pid, wal_status, confirmed_flush_lsn FROM pg_replication_slots "
+             "WHERE slot_name = %s",
+             lit);
+    PQfreemem(lit);
+    PGresult *res = query(s, sql, "looking up the slot in pg_replication_slots");
+    if (res == NULL)
+        return error_rc(s);
+
+    int rc = STREAM_OK;
+    if (PQntuples(res) == 0) {
+        *state = SLOT_MISSING;
+        goto done;
+    }
+    *state = SLOT_READY;
+    const char *plugin = PQgetvalue(res, 0, 0);
+    const char *type = PQgetvalue(res, 0, 1);
+    const char *db = PQgetvalue(res, 0, 2);
+    bool same_db = strcmp(PQgetvalue(res, 0, 3), "t") == 0;
+    bool active = strcmp(PQgetvalue(res, 0, 4), "t") == 0;
+    const char *pid = PQgetvalue(res, 0, 5);
+    const char *wal_status = PQgetvalue(res, 0, 6);
+    const char *flush = PQgetvalue(res, 0, 7);
+
+    if (strcmp(type, "logical") != 0) {
+        rc = fail(s, STREAM_FATAL, "slot=%s is a %s slot, not a logical one: choose another "
+                  "--slot", s->slot, type);
+    } else if (strcmp(plugin, "wal2json") != 0) {
+        rc = fail(s, STREAM_FATAL,
+                  "slot=%s exists with output plugin \"%s\", but outbox-relay needs wal2json: "
+                  "drop it (SELECT pg_drop_replication_slot('%s')) if nothing else uses it, "
+                  "or choose another --slot", s->slot, plugin, s->slot);
+    } else if (!same_db) {
+        rc = fail(s, STREAM_FATAL, "slot=%s belongs to database \"%s\", not to the one in "
+                  "--dsn: connect to that database or choose another --slot", s->slot, db);
+    } else if (strcmp(wal_status, "lost") == 0) {
+        rc = fail(s, STREAM_FATAL,
+                  "slot=%s was invalidated (wal_status = lost): the server removed WAL it "
+                  "still needed, probably because of max_slot_wal_keep_size. Events committed "
+                  "since its confirmed position %s may not have been relayed. Drop the slot "
+                  "and start again (consider --backfill), and raise max_slot_wal_keep_size",
+                  s->slot, flush);
+    } else if (active) {
+        rc = fail(s, STREAM_BUSY, "slot=%s is active for PID %s; waiting (another relayer may "
+                  "own it)", s->slot, pid);
+    } else if (!PQgetisnull(res, 0, 7) && lsn_parse(flush, strlen(flush), confirmed) < 0) {
+        rc = fail(s, STREAM_FATAL, "slot=%s: cannot parse confirmed_flush_lsn \"%s\"", s->slot,
+                  flush);
+    }
+done:
+    PQclear(res);
+    return rc;
+}
+
+static int plugin_missing(const char *msg)
+{
+    return strstr(msg, "could not access file") != NULL ||
+           (strstr(msg, "wal2json") != NULL && strstr(msg, "No such file") != NULL);
+}
+
+static int create_slot(struct stream *s)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json NOEXPORT_SNAPSHOT",
+             s->slot);
+    PGresult *res = PQexec(s->conn, sql);
+    int rc = STREAM_OK;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        char msg[STREAM_ERRLEN];
+        copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+        if (plugin_missing(msg))
+            rc = fail(s, STREAM_FATAL, "slot=%s: the wal2json output plugin is not installed "
+                      "on the server (install postgresql-<version>-wal2json): %s", s->slot, msg);
+        else if (strstr(msg, "already exists"))
+            rc = fail(s, STREAM_BUSY, "slot=%s was created concurrently by another process; "
+                      "waiting", s->slot);
+        else
+            rc = fail(s, error_rc(s), "slot=%s: CREATE_REPLICATION_SLOT failed: %s", s->slot,
+                      msg);
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* Appends `"name" 'value'` to buf. Values are ours or validated (no quote). */
+static int append_opt(char *buf, size_t cap, size_t *n, const char *name, const char *value)
+{
+    int w = snprintf(buf + *n, cap - *n, "%s\"%s\" '%s'", buf[*n - 1] == '(' ? "" : ", ", name,
+                     value);
+    if (w < 0 || (size_t) w >= cap - *n)
+        return -1;
+    *n += (size_t) w;
+    return 0;
+}
+
+int stream_build_start_command(const struct stream_options *opts, lsn_t start, char *buf,
+                               size_t cap)
+{
+    char tables[300];
+    int w = snprintf(buf, cap, "START_REPLICATION SLOT \"%s\" LOGICAL " LSN_FMT " (", opts->slot,
+                     LSN_ARGS(start));
+    if (w < 0 || (size_t) w >= cap)
+        return -1;
+    size_t n = (size_t) w;
+    snprintf(tables, sizeof tables, "%s.%s", opts->table_schema, opts->table_name);
+    if (append_opt(buf, cap, &n, "format-version", "2") < 0 ||
+        append_opt(buf, cap, &n, "include-lsn", "1") < 0 ||
+        append_opt(buf, cap, &n, "include-timestamp", "1") < 0 ||
+        append_opt(buf, cap, &n, "include-types", "0") < 0 ||
+        append_opt(buf, cap, &n, "add-tables", tables) < 0 ||
+        append_opt(buf, cap, &n, "actions", "insert") < 0)
+        return -1;
+    if (opts->message_prefix && *opts->message_prefix &&
+        append_opt(buf, cap, &n, "add-msg-prefixes", opts->message_prefix) < 0)
+        return -1;
+    if (n + 2 > cap)
+        return -1;
+    buf[n++] = ')';
+    buf[n] = '\0';
+    return (int) n;
+}
+
+static int start_replication(struct stream *s, lsn_t start)
+{
+    struct stream_options o = {.slot = s->slot, .table_schema = s->table_schema,
+                               .table_name = s->table_name, .message_prefix = s->message_prefix};
+    char cmd[1024];
+    if (stream_build_start_command(&o, start, cmd, sizeof cmd) < 0)
+        return fail(s, STREAM_FATAL, "slot=%s: START_REPLICATION command too long", s->slot);
+
+    PGresult *res = PQexec(s->conn, cmd);
+    if (PQresultStatus(res) == PGRES_COPY_BOTH) {
+        PQclear(res);
+        return STREAM_OK;
+    }
+    char msg[STREAM_ERRLEN];
+    copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+    PQclear(res);
+    if (strstr(msg, "is active for PID"))
+        return fail(s, STREAM_BUSY, "slot=%s is active for another process; waiting (another "
+                    "relayer may own it): %s", s->slot, msg);
+    if (plugin_missing(msg))
+        return fail(s, STREAM_FATAL, "slot=%s: the wal2json output plugin cannot be loaded on "
+                    "the server (install postgresql-<version>-wal2json): %s", s->slot, msg);
+    if (strstr(msg, "can no longer get changes") || strstr(msg, "invalidated"))
+        return fail(s, STREAM_FATAL, "slot=%s was invalidated (max_slot_wal_keep_size?): "
+                    "events may have been lost; drop the slot and start again: %s", s->slot,
+                    msg);
+    if (strstr(msg, "does not exist"))
+        return fail(s, STREAM_FATAL, "slot=%s does not exist any more (dropped while in use?); "
+                    "not recreating it silently, as events would be lost: %s", s->slot, msg);
+    return fail(s, error_rc(s), "slot=%s: START_REPLICATION from " LSN_FMT " failed: %s",
+                s->slot, LSN_ARGS(start), msg);
+}
+
+int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *created)
+{
+    *created = false;
+    *slot_confirmed = 0;
+    int rc = connect_replication(s);
+    if (rc != STREAM_OK)
+        return rc;
+    if ((rc = check_server(s)) != STREAM_OK)
+        goto fail;
+
+    enum slot_state state;
+    if ((rc = check_slot(s, &state, slot_confirmed)) != STREAM_OK)
+        goto fail;
+    if (state == SLOT_MISSING) {
+        if (!s->create_slot) {
+            rc = fail(s, STREAM_FATAL, "slot=%s does not exist any more (dropped while in "
+                      "use?); not recreating it silently, as events committed meanwhile would "
+                      "be lost: create it again on purpose or restart the relayer", s->slot);
+            goto fail;
+        }
+        if ((rc = create_slot(s)) != STREAM_OK)
+            goto fail;
+        *created = true;
+        if ((rc = check_slot(s, &state, slot_confirmed)) != STREAM_OK)
+            goto fail;
+    }
+    if (start < *slot_confirmed)
+        start = *slot_confirmed;
+    if ((rc = start_replication(s, start)) != STREAM_OK)
+        goto fail;
+    if (PQsetnonblocking(s->conn, 1) != 0) {
+        rc = fail(s, STREAM_RETRY, "slot=%s: cannot make the connection non-blocking", s->slot);
+        goto fail;
+    }
+    return STREAM_OK;
+fail:
+    stream_close(s);
+    return rc;
+}
+
+/* After the server ended the copy: collect its final result and say why. */
+static int copy_ended(struct stream *s)
+{
+    PGresult *res;
+    char msg[STREAM_ERRLEN] = "";
+    while ((res = PQgetResult(s->conn)) != NULL) {
+        if (PQresultStatus(res) == PGRES_FATAL_ERROR)
+            copy_pq_message(msg, sizeof msg, PQresultErrorMessage(res));
+        PQclear(res);
+    }
+    if (*msg == '\0')
+        return fail(s, STREAM_END, "slot=%s: the server ended the replication stream", s->slot);
+    if (strstr(msg, "can no longer get changes") || strstr(msg, "invalidated"))
+        return fail(s, STREAM_FATAL, "slot=%s was invalidated while streaming: %s", s->slot,
+                    msg);
+    return fail(s, STREAM_RETRY, "slot=%s: replication stream ended: %s", s->slot, msg);
+}
+
+int stream_read(struct stream *s, struct wire_msg *msg)
+{
+    if (s->conn == NULL)
+        return fail(s, STREAM_RETRY, "slot=%s: not connected", s->slot);
+    if (s->copybuf != NULL) {
+        PQfreemem(s->copybuf);
+        s->copybuf = NULL;
+    }
+    int len = PQgetCopyData(s->conn, &s->copybuf, 1);
+    if (len == 0)
+        return 0;
+    if (len == -1)
+        return copy_ended(s);
+    if (len < 0) {
+        char m[STREAM_ERRLEN];
+        copy_pq_message(m, sizeof m, PQerrorMessage(s->conn));
+        return fail(s, STREAM_RETRY, "slot=%s: lost the replication connection: %s", s->slot, m);
+    }
+    char err[256];
+    if (wire_parse(s->copybuf, (size_t) len, msg, err, sizeof err) < 0)
+        return fail(s, STREAM_FATAL, "slot=%s: protocol violation from the server: %s", s->slot,
+                    err);
+    return 1;
+}
+
+int stream_consume(struct stream *s)
+{
+    if (s->conn == NULL)
+        return fail(s, STREAM_RETRY, "slot=%s: not connected", s->slot);
+    if (PQconsumeInput(s->conn) == 0) {
+        char m[STREAM_ERRLEN];
+        copy_pq_message(m, sizeof m, PQerrorMessage(s->conn));
+        return fail(s, STREAM_RETRY, "slot=%s: lost the replication connection: %s", s->slot, m);
+    }
+    return 0;
+}
+
+static int64_t now_unix_us(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+int stream_send_status(struct stream *s, lsn_t write, lsn_t flush, bool reply_requested)
+{
+    if (s->conn == NULL)
+        return fail(s, STREAM_RETRY, "slot=%s: not connected", s->slot);
+    char buf[WIRE_STATUS_LEN];
+    size_t n = wire_build_status(buf, write, flush, flush, wire_unix_to_pg_us(now_unix_us()),
+                                 reply_requested);
+    if (PQputCopyData(s->conn, buf, (int) n) < 0 || PQflush(s->conn) < 0) {
+        char m[STREAM_ERRLEN];
+        copy_pq_message(m, sizeof m, PQerrorMessage(s->conn));
+        return fail(s, STREAM_RETRY, "slot=%s lsn=" LSN_FMT ": cannot send status update: %s",
+                    s->slot, LSN_ARGS(flush), m);
+    }
+    return 0;
+}
+
+void stream_stop(struct stream *s, int timeout_ms)
+{
+    if (s->conn == NULL)
+        return;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (PQputCopyEnd(s->conn, NULL) > 0) {
+        for (;;) {
+            PQflush(s->conn);
+            if (s->copybuf != NULL) {
+                PQfreemem(s->copybuf);
+                s->copybuf = NULL;
+            }
+            int len = PQgetCopyData(s->conn, &s->copybuf, 1);
+            if (len == -1) {
+                PGresult *res;
+                while (!PQisBusy(s->conn) && (res = PQgetResult(s->conn)) != NULL)
+                    PQclear(res);
+                if (!PQisBusy(s->conn))
+                    break;
+            } else if (len < -1) {
+                break;
+            } else if (len > 0) {
+                continue;
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            long elapsed = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+            if (elapsed >= timeout_ms)
+                break;
+            struct pollfd pfd = {.fd = PQsocket(s->conn), .events = POLLIN};
+            if (poll(&pfd, 1, (int) (timeout_ms - elapsed)) < 0 && errno != EINTR)
+                break;
+            if (PQconsumeInput(s->conn) == 0)
+                break;
+        }
+    }
+    stream_close(s);
+}

@@ -1,0 +1,185 @@
+/*
+ * test_config.c — option parsing from defaults, file, environment and
+ * command line; validation messages; topic templates.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "outbox_relay/config.h"
+
+static enum config_result load(struct relay_config *cfg, char **envp, char *err, int argc, ...)
+{
+    char *argv[32];
+    va_list ap;
+    va_start(ap, argc);
+    argv[0] = "outbox-relay";
+    for (int i = 1; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    return config_load(cfg, argc, argv, envp, err, CONFIG_ERRLEN);
+}
+
+static void test_defaults(void)
+{
+    struct relay_config c;
+    char err[CONFIG_ERRLEN];
+    char *env[] = {NULL};
+    CHECK_EQ_INT(load(&c, env, err, 5, "--dsn", "dbname=app", "--brokers", "k:9092"), CONFIG_OK);
+    CHECK(strcmp(c.slot, "outbox_relay") == 0);
+    CHECK(strcmp(c.table_schema, "public") == 0);
+    CHECK(strcmp(c.table_name, "events_outbox") == 0);
+    CHECK(strcmp(c.topic, "{prefix}") == 0);
+    CHECK_EQ_INT(c.max_inflight, 10000);
+    CHECK_EQ_INT(c.max_inflight_bytes, 16 * 1024 * 1024);
+    CHECK(c.status_interval == 10.0);
+    CHECK_EQ_INT(c.command, RELAY_CMD_RUN);
+    config_free(&c);
+}
+
+static void test_precedence(void)
+{
+    char path[] = "/tmp/outbox-relay-test-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char *text = "# comment\n"
+                       "dsn = dbname=fromfile\n"
+                       "slot = file_slot\n"
+                       "max_inflight = 7\n"
+                       "kafka.compression.type = lz4\n"
+                       "topic = \"events.{type}\"\n";
+    CHECK(write(fd, text, strlen(text)) == (ssize_t) strlen(text));
+    close(fd);
+    chmod(path, 0600);
+
+    char cfgarg[64];
+    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
+    char *env[] = {"OUTBOX_RELAY_SLOT=env_slot", "OUTBOX_RELAY_BROKERS=b:1",
+                   "OUTBOX_RELAY_KAFKA_LINGER_MS=20", "OUTBOX_RELAY_BUILD=/ignored", NULL};
+    struct relay_config c;
+    char err[CONFIG_ERRLEN];
+    CHECK_EQ_INT(load(&c, env, err, 7, cfgarg, "--max-inflight", "9", "-X", "acks=1",
+                      "--status-interval=0.5"),
+                 CONFIG_OK);
+    CHECK(strcmp(c.dsn, "dbname=fromfile") == 0);   /* file only */
+    CHECK(strcmp(c.slot, "env_slot") == 0);         /* env beats file */
+    CHECK_EQ_INT(c.max_inflight, 9);                /* argv beats file */
+    CHECK(strcmp(c.topic, "events.{type}") == 0);   /* quotes stripped */
+    CHECK(c.status_interval == 0.5);
+    CHECK(config_kafka_get(&c, "compression.type") &&
+          strcmp(config_kafka_get(&c, "compression.type"), "lz4") == 0);
+    CHECK(config_kafka_get(&c, "linger.ms") && strcmp(config_kafka_get(&c, "linger.ms"), "20") == 0);
+    CHECK(config_kafka_get(&c, "acks") && strcmp(config_kafka_get(&c, "acks"), "1") == 0);
+    config_free(&c);
+    unlink(path);
+}
+
+static void expect_error(const char *want, int argc, ...)
+{
+    char *argv[32];
+    va_list ap;
+    va_start(ap, argc);
+    argv[0] = "outbox-relay";
+    for (int i = 1; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    struct relay_config c;
+    char err[CONFIG_ERRLEN] = "";
+    char *env[] = {NULL};
+    int rc = config_load(&c, argc, argv, env, err, sizeof err);
+    CHECK_EQ_INT(rc, CONFIG_ERROR);
+    if (strstr(err, want) == NULL) {
+        fprintf(stderr, "expected error containing \"%s\", got \"%s\"\n", want, err);
+        CHECK(!"error message");
+    }
+    config_free(&c);
+}
+
+static void test_errors(void)
+{
+    expect_error("unknown option --bogus", 2, "--bogus");
+    expect_error("--dsn is required", 3, "--brokers", "b:1");
+    expect_error("--brokers is required", 3, "--dsn", "dbname=x");
+    expect_error("whole number", 7, "--dsn", "dbname=x", "--brokers", "b", "--max-inflight",
+                 "abc");
+    expect_error("slot name", 7, "--dsn", "dbname=x", "--brokers", "b", "--slot", "bad-name!");
+    expect_error("slot name", 7, "--dsn", "dbname=x", "--brokers", "b", "--slot",
+                 "x'; DROP TABLE t; --");
+    expect_error("--table", 7, "--dsn", "dbname=x", "--brokers", "b", "--table", "a.b.c");
+    expect_error("--table", 7, "--dsn", "dbname=x", "--brokers", "b", "--table", "pub\"lic.t");
+    expect_error("topic template", 7, "--dsn", "dbname=x", "--brokers", "b", "--topic", "a b");
+    expect_error("only {type} and {prefix}", 7, "--dsn", "dbname=x", "--brokers", "b",
+                 "--topic", "{nope}");
+    expect_error("needs a value", 2, "--dsn");
+    expect_error("-X expects property=value", 7, "--dsn", "dbname=x", "--brokers", "b", "-X",
+                 "novalue");
+    expect_error("unknown command", 2, "frobnicate");
+    expect_error("--log-level", 7, "--dsn", "dbname=x", "--brokers", "b", "--log-level",
+                 "loud");
+    expect_error("not a valid PostgreSQL connection string", 5, "--dsn", "host", "--brokers",
+                 "b");
+}
+
+static void test_dsn_error_hides_password(void)
+{
+    struct relay_config c;
+    char err[CONFIG_ERRLEN] = "";
+    char *env[] = {NULL};
+    char *argv[] = {"outbox-relay", "--dsn", "postgresql://u:s3cretpw@h:notaport/db", "--brokers",
+                    "b", NULL};
+    config_load(&c, 5, argv, env, err, sizeof err);
+    CHECK(strstr(err, "s3cretpw") == NULL);
+    config_free(&c);
+}
+
+static void test_topics(void)
+{
+    char out[300];
+    CHECK_EQ_INT(config_expand_topic("{prefix}", "order.placed", 12, out, sizeof out), 5);
+    CHECK(strcmp(out, "order") == 0);
+    CHECK_EQ_INT(config_expand_topic("{prefix}", "nodot", 5, out, sizeof out), 5);
+    CHECK(strcmp(out, "nodot") == 0);
+    CHECK(config_expand_topic("ev.{type}", "order.placed", 12, out, sizeof out) > 0);
+    CHECK(strcmp(out, "ev.order.placed") == 0);
+    CHECK(config_expand_topic("fixed", "order.placed", 12, out, sizeof out) > 0);
+    CHECK(strcmp(out, "fixed") == 0);
+    CHECK_EQ_INT(config_expand_topic("{type}", "bad type", 8, out, sizeof out), -1);
+    CHECK_EQ_INT(config_expand_topic("{prefix}", ".x", 2, out, sizeof out), -1);
+    char big[300];
+    memset(big, 'a', sizeof big);
+    CHECK_EQ_INT(config_expand_topic("{type}", big, 250, out, sizeof out), -1);
+    CHECK_EQ_INT(config_expand_topic("{type}", big, 249, out, sizeof out), 249);
+}
+
+static void test_help_and_version(void)
+{
+    struct relay_config c;
+    char err[CONFIG_ERRLEN];
+    char *env[] = {NULL};
+    fflush(stdout);
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    CHECK_EQ_INT(load(&c, env, err, 2, "--help"), CONFIG_EXIT);
+    config_free(&c);
+    CHECK_EQ_INT(load(&c, env, err, 2, "--version"), CONFIG_EXIT);
+    config_free(&c);
+    fclose(stdout);
+    stdout = saved;
+}
+
+int main(void)
+{
+    test_defaults();
+    test_precedence();
+    test_errors();
+    test_dsn_error_hides_password();
+    test_topics();
+    test_help_and_version();
+    CHECK_DONE();
+}
