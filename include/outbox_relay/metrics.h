@@ -1,0 +1,72 @@
+/*
+ * metrics.h — the metrics registry and its HTTP endpoint.
+ *
+ * The registry is written by the relay thread (events, deliveries,
+ * in-flight, confirmed LSN), by the maintenance thread (slot lag, WAL
+ * status, reaper, table size) and read by the HTTP server's thread, so every
+ * call here is thread-safe. Rendering follows the Prometheus text exposition
+ * format (version 0.0.4) with base units (seconds, bytes).
+ *
+ * The HTTP endpoint (libmicrohttpd, its own thread) serves:
+ *   /metrics  the registry as Prometheus text
+ *   /healthz  200 while the process runs
+ *   /readyz   200 when connected to PostgreSQL and Kafka, streaming (not a
+ *             standby waiting for the slot) and slot lag under the
+ *             threshold; 503 with the reason otherwise
+ */
+#ifndef OUTBOX_RELAY_METRICS_H
+#define OUTBOX_RELAY_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox_relay/lsn.h"
+
+struct metrics;
+
+/* Creates an empty registry. slot labels the slot gauges. NULL on OOM. */
+struct metrics *metrics_new(const char *slot);
+void metrics_free(struct metrics *m);
+
+/* Relay thread. */
+void metrics_event_produced(struct metrics *m, const char *topic);
+/* latency_s: commit (wal2json timestamp) to delivery report; < 0 unknown. */
+void metrics_event_delivered(struct metrics *m, const char *topic, double latency_s);
+void metrics_delivery_error(struct metrics *m);
+void metrics_dead_lettered(struct metrics *m);
+void metrics_reconnected(struct metrics *m);
+void metrics_set_inflight(struct metrics *m, size_t events, size_t bytes);
+void metrics_set_confirmed_lsn(struct metrics *m, lsn_t lsn);
+void metrics_set_received_lsn(struct metrics *m, lsn_t lsn);
+/* Age in seconds of the oldest event produced and not yet delivered (0 when
+ * none). */
+void metrics_set_oldest_pending_age(struct metrics *m, double seconds);
+/* streaming: we hold the slot; standby: waiting for another relayer's slot. */
+void metrics_set_state(struct metrics *m, bool pg_connected, bool streaming,
+                       bool kafka_up);
+
+/* Maintenance thread. */
+void metrics_set_slot(struct metrics *m, int64_t lag_bytes, const char *wal_status,
+                      int64_t safe_wal_size /* -1 when NULL */);
+void metrics_set_table_rows(struct metrics *m, int64_t estimate);
+void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double seconds);
+
+/* Renders the registry as Prometheus text. Returns a malloc'ed
+ * NUL-terminated string the caller frees, NULL on OOM. */
+char *metrics_render(struct metrics *m);
+
+/* True when ready; otherwise false with the reason in why. */
+bool metrics_ready(struct metrics *m, int64_t max_lag_bytes, char *why, size_t whylen);
+
+struct metrics_http;
+
+/* Starts the HTTP endpoint on addr ("HOST:PORT", port 0 = any). Returns NULL
+ * with a message in err when it cannot listen. */
+struct metrics_http *metrics_http_start(struct metrics *m, const char *addr,
+                                        int64_t max_lag_bytes, char *err, size_t errlen);
+/* The port actually bound (useful with port 0). */
+int metrics_http_port(const struct metrics_http *h);
+void metrics_http_stop(struct metrics_http *h);
+
+#endif
