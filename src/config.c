@@ -55,6 +55,21 @@ static const struct opt_def options[] = {
      "what to do with an event no retry can deliver"},
     {"dead-letter-topic", OPT_STR, OFF(dead_letter_topic), "outbox.dead-letter", "TOPIC",
      "where --on-poison dead-letter sends poison events"},
+    {"retention", OPT_STR, OFF(retention), "7 days", "INTERVAL",
+     "reaper: delete delivered outbox rows older than this (PostgreSQL interval; 0 = off)"},
+    {"reap-batch", OPT_LONG, OFF(reap_batch), "5000", "N", "reaper: rows per DELETE batch"},
+    {"reap-interval", OPT_SECONDS, OFF(reap_interval), "60", "SECONDS",
+     "reaper: pause between runs"},
+    {"reap-pause", OPT_SECONDS, OFF(reap_pause), "0.1", "SECONDS",
+     "reaper: pause between batches"},
+    {"metrics-addr", OPT_STR, OFF(metrics_addr), NULL, "HOST:PORT",
+     "serve /metrics, /healthz and /readyz over HTTP (off by default)"},
+    {"heartbeat-interval", OPT_SECONDS, OFF(heartbeat_interval), "0", "SECONDS",
+     "emit a non-transactional logical message this often so an idle slot advances (0 = off)"},
+    {"max-lag-bytes", OPT_SIZE, OFF(max_lag_bytes), "1G", "BYTES",
+     "/readyz and `status`: slot lag above this is unhealthy"},
+    {"max-age", OPT_SECONDS, OFF(max_age), "300", "SECONDS",
+     "`status`: confirmation lagging more than this is unhealthy"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "info", "debug|info|warn|error", "log level"},
     {"log-format", OPT_LOGFORMAT, OFF(log_format), "text", "text|json", "log line format"},
     {"config", OPT_STR, OFF(config_file), NULL, "FILE",
@@ -314,10 +329,12 @@ static void print_help(const char *prog)
            OUTBOX_RELAY_VERSION);
     printf("Usage:\n"
            "  %s [run] --dsn CONNINFO --brokers HOST:PORT [options]\n"
+           "  %s reap --dsn CONNINFO [--retention INTERVAL] [--reap-batch N]\n"
+           "  %s status --dsn CONNINFO [--slot NAME] [--max-lag-bytes N] [--max-age S]\n"
            "  %s --help | --version\n\n"
            "Options (each also as OUTBOX_RELAY_<NAME> in the environment and as\n"
            "`name = value` in a --config file; command line wins, then environment):\n",
-           prog, prog);
+           prog, prog, prog, prog);
     for (size_t i = 0; i < NOPTIONS; i++) {
         char left[64];
         snprintf(left, sizeof left, "--%s %s", options[i].name,
@@ -504,6 +521,18 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
     if (cfg->status_interval < 0.05 || cfg->status_interval > 3600) {
         snprintf(err, errlen, "--status-interval must be between 0.05 and 3600 seconds");
         return -1;
+    }
+    if (cfg->reap_batch < 1 || cfg->reap_batch > 1000000) {
+        snprintf(err, errlen, "--reap-batch must be between 1 and 1000000, got %ld",
+                 cfg->reap_batch);
+        return -1;
+    }
+    for (const char *p = cfg->retention; *p; p++) {
+        if (!isalnum((unsigned char) *p) && *p != ' ' && *p != ':' && *p != '.' && *p != '-') {
+            snprintf(err, errlen, "--retention \"%s\" is not a PostgreSQL interval such as "
+                     "\"7 days\" or \"2 hours\" (0 turns the reaper off)", cfg->retention);
+            return -1;
+        }
     }
     if (cfg->reconnect_max < 0.1) {
         snprintf(err, errlen, "--reconnect-max must be at least 0.1 seconds");

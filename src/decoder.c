@@ -132,33 +132,46 @@ static size_t check_escape(struct scan *sc, size_t i)
 {
     const char *s = sc->s;
     size_t len = sc->len;
+    long cp, lo;
 
-    if (i + 1 >= len)
-        return (size_t) scan_fail(sc, i, "truncated escape") + 1;
+    if (i + 1 >= len) {
+        scan_fail(sc, i, "truncated: escape at the end");
+        return 0;
+    }
     switch (s[i + 1]) {
     case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
         return i + 2;
     case 'u':
         break;
     default:
-        return (size_t) scan_fail(sc, i, "invalid escape '\\%c'",
-                                  (s[i + 1] >= 0x20 && s[i + 1] < 0x7f) ? s[i + 1] : '?') + 1;
+        scan_fail(sc, i, "invalid escape '\\%c'",
+                  (s[i + 1] >= 0x20 && s[i + 1] < 0x7f) ? s[i + 1] : '?');
+        return 0;
     }
-    if (len - i < 6)
-        return (size_t) scan_fail(sc, i, "truncated \\u escape") + 1;
-    long cp = hex4(s + i + 2);
-    if (cp < 0)
-        return (size_t) scan_fail(sc, i, "invalid \\u escape") + 1;
-    if (cp >= 0xDC00 && cp <= 0xDFFF)
-        return (size_t) scan_fail(sc, i, "lone low surrogate \\u%04lX", cp) + 1;
+    if (len - i < 6) {
+        scan_fail(sc, i, "truncated: \\u escape");
+        return 0;
+    }
+    cp = hex4(s + i + 2);
+    if (cp < 0) {
+        scan_fail(sc, i, "invalid \\u escape (not 4 hex digits)");
+        return 0;
+    }
+    if (cp >= 0xDC00 && cp <= 0xDFFF) {
+        scan_fail(sc, i, "lone low surrogate \\u%04lX", cp);
+        return 0;
+    }
     if (cp < 0xD800 || cp > 0xDBFF)
         return i + 6;
-    if (len - i < 12 || s[i + 6] != '\\' || s[i + 7] != 'u')
-        return (size_t) scan_fail(sc, i, "lone high surrogate \\u%04lX", cp) + 1;
-    long lo = hex4(s + i + 8);
-    if (lo < 0xDC00 || lo > 0xDFFF)
-        return (size_t) scan_fail(sc, i, "high surrogate \\u%04lX not followed by a low one", cp)
-               + 1;
+    if (len - i < 12 || s[i + 6] != '\\' || s[i + 7] != 'u') {
+        scan_fail(sc, i, "lone high surrogate \\u%04lX", cp);
+        return 0;
+    }
+    lo = hex4(s + i + 8);
+    if (lo < 0xDC00 || lo > 0xDFFF) {
+        scan_fail(sc, i, "high surrogate \\u%04lX not followed by a low one", cp);
+        return 0;
+    }
     return i + 12;
 }
 
@@ -538,7 +551,7 @@ static int parse_columns(struct scan *sc, struct w2j_record *rec)
 
 static int parse_lsn_value(struct scan *sc, const char *key, lsn_t *out)
 {
-    struct w2j_value v;
+    struct w2j_value v = {W2J_ABSENT, false, NULL, 0};
     size_t at = sc->pos;
     char buf[24];
     size_t n;
@@ -677,7 +690,7 @@ int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf
                     return scan_fail(&sc, at, "\"action\" must be a string");
                 if (scan_string(&sc, &v) < 0)
                     return -1;
-                if (!small_string(&v, buf, sizeof buf, &n) || n != 1 ||
+                if (!small_string(&v, buf, sizeof buf, &n) || n != 1 || buf[0] == '\0' ||
                     strchr("BCIUDTM", buf[0]) == NULL)
                     return scan_fail(&sc, at, "unknown action \"%.*s\"",
                                      (int) (v.len > 16 ? 16 : v.len), v.ptr);
@@ -968,6 +981,10 @@ int w2j_timestamp_us(const struct w2j_value *v, int64_t *unix_us)
 
     int64_t secs = days_from_civil(year, (int) mon, (int) day) * 86400 + hh * 3600 + mi * 60 + ss;
     secs -= sign * (oh * 3600 + om * 60 + os);
+    /* Years up to 294276 are valid in PostgreSQL; the last ones do not fit
+     * in int64 microseconds since 1970. */
+    if (secs > INT64_MAX / 1000000 - 1 || secs < INT64_MIN / 1000000 + 1)
+        return -1;
     *unix_us = secs * 1000000 + frac;
     return 0;
 }

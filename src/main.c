@@ -51,7 +51,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    struct relay *relay = relay_new(&cfg, &stop_requested, err, sizeof err);
+    struct relay *relay = relay_new(&cfg, &stop_requested, NULL, err, sizeof err);
     if (relay == NULL) {
         log_error("%s", err);
         code = 2;

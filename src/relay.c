@@ -43,6 +43,7 @@ struct relay {
     struct w2j_record *rec;
     struct w2j_scratch scratch;
     struct relay_stats stats;
+    struct metrics *metrics; /* borrowed, may be NULL */
     lsn_t sent_flush;   /* flush position in our last status update */
     double last_status; /* monotonic seconds */
     bool force_status;
@@ -122,8 +123,8 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
               LSN_ARGS(tracker_confirmed(r->tracker)));
 }
 
-struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop, char *err,
-                        size_t errlen)
+struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop,
+                        struct metrics *metrics, char *err, size_t errlen)
 {
     struct relay *r = calloc(1, sizeof *r);
     if (r == NULL) {
@@ -132,6 +133,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     }
     r->cfg = cfg;
     r->stop = stop;
+    r->metrics = metrics;
     struct stream_options so = {.dsn = cfg->dsn, .slot = cfg->slot,
                                 .table_schema = cfg->table_schema,
                                 .table_name = cfg->table_name,

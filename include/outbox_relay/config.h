@@ -47,6 +47,14 @@ struct relay_config {
     double reconnect_max;      /* seconds: cap of the reconnect backoff */
     enum poison_policy on_poison;
     char *dead_letter_topic;
+    char *retention;           /* PostgreSQL interval text; "0" = reaper off */
+    long reap_batch;
+    double reap_interval;      /* seconds between reaper runs */
+    double reap_pause;         /* seconds between batches */
+    char *metrics_addr;        /* HOST:PORT, NULL/"" = off */
+    double heartbeat_interval; /* seconds, 0 = off */
+    long max_lag_bytes;        /* readiness and `status` threshold */
+    double max_age;            /* `status` threshold, seconds */
     enum log_level log_level;
     enum log_format log_format;
     char *config_file;

@@ -29,12 +29,14 @@ struct relay_stats {
 };
 
 struct relay;
+struct metrics;
 
 /* Creates a relay for cfg (which must outlive it). stop is set by signal
- * handlers; the relay checks it between steps. Returns NULL with a message
- * in err when the Kafka producer cannot be configured. */
-struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop, char *err,
-                        size_t errlen);
+ * handlers; the relay checks it between steps. metrics (may be NULL) is
+ * borrowed and must outlive the relay. Returns NULL with a message in err
+ * when the Kafka producer cannot be configured. */
+struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop,
+                        struct metrics *metrics, char *err, size_t errlen);
 void relay_free(struct relay *r);
 
 /* Runs until *stop is set (returns 0 after a clean stop: deliveries waited
