@@ -1,0 +1,856 @@
+"""harness.py — processes and helpers behind the integration-test fixtures.
+
+Everything here starts something real and owns its shutdown:
+
+  PgCluster   a throwaway PostgreSQL 15 (wal_level=logical, wal2json) in a
+              temp dir, run as the postgres user because PostgreSQL refuses
+              root; the outbox schema from sql/*.sql is loaded on first start.
+              The postmaster is our child (not daemonized by pg_ctl) and gets
+              SIGKILL if the test process dies, so a killed pytest leaves no
+              server behind.
+  MockBroker  build/mock-broker (librdkafka's mock cluster) with its stdin
+              control channel.
+  Process     any daemon under test (build/outbox-relay): stderr to a log
+              file, bounded waits on log lines and exit, peak RSS.
+  read_messages / list_topics   read a topic back with confluent_kafka.
+
+Every wait has a deadline; every object registers itself so that an atexit
+hook (and the fixtures' finalizers) can stop it even when a test fails or
+pytest is interrupted.
+"""
+
+import atexit
+import glob
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PG_BIN = "/usr/lib/postgresql/15/bin"
+
+_live = set()           # objects with a .cleanup() still to run at exit
+_live_lock = threading.Lock()
+
+
+def _register(obj):
+    with _live_lock:
+        _live.add(obj)
+
+
+def _unregister(obj):
+    with _live_lock:
+        _live.discard(obj)
+
+
+@atexit.register
+def _cleanup_all():
+    with _live_lock:
+        objs = list(_live)
+    for obj in objs:
+        try:
+            obj.cleanup()
+        except Exception:  # best effort at interpreter exit
+            pass
+
+
+def build_dir():
+    """The CMake build dir: $OUTBOX_RELAY_BUILD or <repo>/build."""
+    return os.path.abspath(os.environ.get("OUTBOX_RELAY_BUILD") or os.path.join(REPO_ROOT, "build"))
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def lsn_to_int(text):
+    """'16/B374D848' -> int; None stays None."""
+    if text is None:
+        return None
+    hi, lo = str(text).split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def int_to_lsn(value):
+    return "%X/%X" % (value >> 32, value & 0xFFFFFFFF)
+
+
+def wait_until(predicate, timeout, interval=0.1, message="condition"):
+    """Polls predicate() until it returns a truthy value (returned) or
+    raises AssertionError after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, message))
+        time.sleep(interval)
+
+
+def _run(argv, timeout=60, check=True, **kw):
+    """subprocess.run with a deadline and the output in the error."""
+    res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         timeout=timeout, text=True, **kw)
+    if check and res.returncode != 0:
+        raise RuntimeError("%s failed (%d):\n%s" % (" ".join(argv), res.returncode, res.stdout))
+    return res
+
+
+def _die_with_parent():
+    """preexec_fn: SIGKILL this child when the test process dies, even by
+    SIGKILL, so no daemon outlives pytest."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _become_postgres_and_die_with_parent():
+    """A preexec_fn that drops root for the postgres user (PostgreSQL
+    refuses root) and then asks for SIGKILL when the test process dies
+    (after setuid: a credential change clears the death signal)."""
+    import ctypes
+    import pwd
+    pw = pwd.getpwnam("postgres")  # looked up before fork, not in the child
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def fn():
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+        os.environ["HOME"] = pw.pw_dir
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return fn
+
+
+def _as_postgres(argv):
+    return ["runuser", "-u", "postgres", "--"] + argv
+
+
+# --------------------------------------------------------------------------
+# PostgreSQL
+# --------------------------------------------------------------------------
+
+BASE_SETTINGS = {
+    "listen_addresses": "127.0.0.1",
+    "wal_level": "logical",
+    "max_replication_slots": "10",
+    "max_wal_senders": "10",
+    "wal_sender_timeout": "10s",
+    "fsync": "off",
+    "full_page_writes": "off",
+    "synchronous_commit": "on",
+    "shared_buffers": "32MB",
+    "max_connections": "40",
+}
+
+_template_lock = threading.Lock()
+_template_dir = None
+
+
+def _template_datadir():
+    """initdb once per process; every cluster copies this data dir (cp -a is
+    ~10x faster than initdb)."""
+    global _template_dir
+    with _template_lock:
+        if _template_dir is None:
+            root = tempfile.mkdtemp(prefix="outbox-pgtemplate-")
+            os.chmod(root, 0o755)
+            data = os.path.join(root, "data")
+            os.mkdir(data, 0o700)
+            shutil.chown(data, "postgres", "postgres")
+            _run(_as_postgres([PG_BIN + "/initdb", "-D", data, "-A", "trust", "-U", "postgres",
+                               "-E", "UTF8", "--no-locale", "-N"]), timeout=120)
+            _template_dir = root
+            atexit.register(shutil.rmtree, root, True)
+        return os.path.join(_template_dir, "data")
+
+
+class PgCluster:
+    """One throwaway PostgreSQL 15 cluster.
+
+    settings: extra server settings, passed as -c name=value after (so
+    overriding) BASE_SETTINGS, e.g. {"wal_level": "replica"}. password_auth: None (trust everywhere), or
+    "md5" / "scram-sha-256": every role except postgres must then log in
+    with a password over TCP (postgres itself stays trusted so the harness
+    can always connect). load_schema: run sql/*.sql in order after start.
+    """
+
+    def __init__(self, settings=None, password_auth=None, load_schema=True, name="pg"):
+        self.name = name
+        self.port = free_port()
+        self.settings = dict(BASE_SETTINGS)
+        self.settings.update({k: str(v) for k, v in (settings or {}).items()})
+        self.password_auth = password_auth
+        if password_auth:
+            self.settings.setdefault("password_encryption", password_auth)
+        self.dir = tempfile.mkdtemp(prefix="outbox-%s-" % name)
+        os.chmod(self.dir, 0o755)
+        shutil.chown(self.dir, "postgres", "postgres")
+        self.datadir = os.path.join(self.dir, "data")
+        self.logfile = os.path.join(self.dir, "postgres.log")
+        self._conns = []
+        self._holders = []
+        self.proc = None
+        self._log = None
+        _register(self)
+        _run(["cp", "-a", _template_datadir(), self.datadir])
+        self._write_hba()
+        self.start()
+        if load_schema:
+            self.load_sql_dir(os.path.join(REPO_ROOT, "sql"))
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def _write_hba(self):
+        lines = ["local all all trust", "local replication all trust"]
+        if self.password_auth:
+            m = self.password_auth
+            lines += ["host all postgres 127.0.0.1/32 trust",
+                      "host replication postgres 127.0.0.1/32 trust",
+                      "host all all 127.0.0.1/32 " + m,
+                      "host replication all 127.0.0.1/32 " + m]
+        else:
+            lines += ["host all all 127.0.0.1/32 trust",
+                      "host replication all 127.0.0.1/32 trust"]
+        path = os.path.join(self.datadir, "pg_hba.conf")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        shutil.chown(path, "postgres", "postgres")
+
+    def _argv(self):
+        argv = [PG_BIN + "/postgres", "-D", self.datadir, "-p", str(self.port), "-k", self.dir]
+        for k, v in self.settings.items():
+            argv += ["-c", "%s=%s" % (k, v)]
+        return argv
+
+    def start(self, timeout=60):
+        """Starts the postmaster as a child of this process (not daemonized
+        by pg_ctl) running as postgres, so that it dies with the test run
+        even if pytest is SIGKILLed; returns once it accepts connections."""
+        import psycopg2
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self._log = open(self.logfile, "ab")
+        self.proc = subprocess.Popen(self._argv(), stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, cwd=self.dir,
+                                     start_new_session=True,
+                                     preexec_fn=_become_postgres_and_die_with_parent())
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("postgres exited with %s during start:\n%s"
+                                   % (self.proc.returncode, self.log_text()[-3000:]))
+            try:
+                psycopg2.connect(self.dsn(), connect_timeout=5).close()
+                return
+            except psycopg2.OperationalError:
+                if time.monotonic() >= deadline:
+                    self.stop(mode="immediate")
+                    raise RuntimeError("postgres not ready within %ds:\n%s"
+                                       % (timeout, self.log_text()[-3000:]))
+                time.sleep(0.1)
+
+    def stop(self, mode="fast", timeout=60):
+        """Stops the server (smart/fast/immediate as pg_ctl -m would);
+        harmless when it is not running. SIGKILL after timeout."""
+        self.close_connections()
+        if self.proc is None:
+            return
+        sig = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}[mode]
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+        self._log.close()
+
+    def restart(self, settings=None, timeout=60):
+        """Stops (fast) and starts again, optionally with changed settings."""
+        self.stop()
+        if settings:
+            self.settings.update({k: str(v) for k, v in settings.items()})
+        self.start(timeout=timeout)
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def cleanup(self):
+        """Stops the server (always) and removes the temp dir."""
+        for h in list(self._holders):
+            h.release()
+        try:
+            self.stop(mode="immediate", timeout=30)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            _unregister(self)
+
+    def log_text(self):
+        try:
+            with open(self.logfile, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    # -- connections -------------------------------------------------------
+
+    def dsn(self, user="postgres", password=None, dbname="postgres", **extra):
+        parts = ["host=127.0.0.1", "port=%d" % self.port, "dbname=%s" % dbname, "user=%s" % user]
+        if password is not None:
+            parts.append("password=%s" % password)
+        parts += ["%s=%s" % kv for kv in extra.items()]
+        return " ".join(parts)
+
+    def connect(self, autocommit=True, **dsn_kw):
+        """A psycopg2 connection (autocommit by default), closed at cleanup."""
+        import psycopg2
+        conn = psycopg2.connect(self.dsn(**dsn_kw), connect_timeout=10)
+        conn.autocommit = autocommit
+        self._conns.append(conn)
+        return conn
+
+    def close_connections(self):
+        for c in self._conns:
+            try:
+                c.close()
+            except Exception:
+                pass
+        self._conns = []
+
+    def query(self, sql, params=None):
+        """Runs one statement on a fresh autocommit connection; returns all
+        rows (or None for statements without a result)."""
+        import psycopg2
+        with psycopg2.connect(self.dsn(), connect_timeout=10) as conn:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                rows = cur.fetchall() if cur.description else None
+        conn.close()
+        return rows
+
+    def scalar(self, sql, params=None):
+        rows = self.query(sql, params)
+        return rows[0][0] if rows else None
+
+    def load_sql_dir(self, path):
+        for f in sorted(glob.glob(os.path.join(path, "*.sql"))):
+            with open(f) as fh:
+                self.query(fh.read())
+
+    # -- roles -------------------------------------------------------------
+
+    def create_role(self, name, replication=True, password=None, login=True, superuser=False,
+                    grant_outbox=True):
+        """Creates a role; with grant_outbox the same grants as
+        sql/003_relay_role.sql gives outbox_relay."""
+        from psycopg2 import sql as S
+        attrs = ["LOGIN" if login else "NOLOGIN",
+                 "REPLICATION" if replication else "NOREPLICATION",
+                 "SUPERUSER" if superuser else "NOSUPERUSER"]
+        stmt = S.SQL("CREATE ROLE {} WITH " + " ".join(attrs)).format(S.Identifier(name))
+        if password is not None:
+            stmt = stmt + S.SQL(" PASSWORD {}").format(S.Literal(password))
+        self.query(stmt)
+        if grant_outbox:
+            self.query(S.SQL("GRANT USAGE ON SCHEMA public TO {0}; "
+                             "GRANT SELECT, DELETE ON public.events_outbox TO {0}")
+                       .format(S.Identifier(name)))
+
+    # -- WAL and slots -----------------------------------------------------
+
+    def current_wal_lsn(self):
+        return lsn_to_int(self.scalar("SELECT pg_current_wal_lsn()"))
+
+    def confirmed_flush_lsn(self, slot="outbox_relay"):
+        """The slot's confirmed_flush_lsn as an int (None if no such slot)."""
+        return lsn_to_int(self.scalar(
+            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = %s", (slot,)))
+
+    def slot_info(self, slot="outbox_relay"):
+        """dict(plugin, slot_type, active, active_pid, confirmed_flush_lsn) or None."""
+        rows = self.query("SELECT plugin, slot_type, active, active_pid, confirmed_flush_lsn "
+                          "FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        if not rows:
+            return None
+        plugin, slot_type, active, pid, lsn = rows[0]
+        return dict(plugin=plugin, slot_type=slot_type, active=active, active_pid=pid,
+                    confirmed_flush_lsn=lsn_to_int(lsn))
+
+    def create_slot(self, slot="outbox_relay", plugin="wal2json"):
+        """Creates a logical slot; returns its consistent point as an int."""
+        return lsn_to_int(self.query(
+            "SELECT lsn FROM pg_create_logical_replication_slot(%s, %s)", (slot, plugin))[0][0])
+
+    def drop_slot(self, slot="outbox_relay"):
+        self.query("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+    def hold_slot(self, slot="outbox_relay", timeout=15):
+        """Makes the slot active from a replication connection of this
+        process (keepalives answered, nothing confirmed) until .release()."""
+        h = SlotHolder(self, slot)
+        h.start(timeout)
+        self._holders.append(h)
+        return h
+
+
+class SlotHolder:
+    """A logical replication connection that keeps a slot active.
+
+    A thread reads and discards messages and sends standby status updates
+    that confirm nothing, so wal_sender_timeout never ends the session.
+    """
+
+    def __init__(self, pg, slot):
+        self.pg = pg
+        self.slot = slot
+        self._stop = threading.Event()
+        self._thread = None
+        self._conn = None
+        self.error = None
+
+    def start(self, timeout):
+        import psycopg2
+        import psycopg2.extras
+        self._conn = psycopg2.connect(self.pg.dsn(), connect_timeout=10,
+                                      connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        cur = self._conn.cursor()
+        cur.start_replication(slot_name=self.slot, decode=False)
+        self._thread = threading.Thread(target=self._loop, args=(cur,), daemon=True)
+        self._thread.start()
+        wait_until(lambda: (self.pg.slot_info(self.slot) or {}).get("active"), timeout,
+                   message="slot %s to become active" % self.slot)
+
+    def _loop(self, cur):
+        try:
+            while not self._stop.is_set():
+                msg = cur.read_message()
+                if msg is None:
+                    cur.send_feedback()  # keepalive; flush_lsn stays 0 = unchanged
+                    select.select([self._conn], [], [], 0.5)
+        except Exception as e:  # the connection dies at release or pg stop
+            if not self._stop.is_set():
+                self.error = e
+
+    def release(self, timeout=15):
+        """Closes the replication connection and waits until the slot is no
+        longer active."""
+        if self._conn is None:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        try:
+            self._conn.close()
+        except Exception:
+            pass
+        self._conn = None
+        if self in self.pg._holders:
+            self.pg._holders.remove(self)
+        try:
+            wait_until(lambda: not (self.pg.slot_info(self.slot) or {}).get("active"), timeout,
+                       message="slot %s to be released" % self.slot)
+        except Exception:
+            pass
+
+
+# --------------------------------------------------------------------------
+# Line-oriented pipes with deadlines
+# --------------------------------------------------------------------------
+
+class _LineReader:
+    """Reads whole lines from a pipe fd with a deadline (no stdio buffering
+    to hide data from select)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = b""
+
+    def readline(self, timeout):
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no complete line within %.1fs (have %r)" % (timeout, self.buf))
+            r, _, _ = select.select([self.fd], [], [], left)
+            if not r:
+                continue
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise EOFError("pipe closed (have %r)" % self.buf)
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------
+# Mock broker
+# --------------------------------------------------------------------------
+
+class MockBroker:
+    """build/mock-broker as a subprocess: .bootstrap and .cmd(line)."""
+
+    def __init__(self, log_dir, brokers=1, partitions=4, binary=None):
+        binary = binary or os.path.join(build_dir(), "mock-broker")
+        if not os.access(binary, os.X_OK):
+            raise FileNotFoundError("%s not built (cmake --build build --target mock-broker)" % binary)
+        self.logfile = os.path.join(log_dir, "mock-broker-%s.log" % uuid.uuid4().hex[:6])
+        self._log = open(self.logfile, "wb")
+        self.proc = subprocess.Popen([binary, "--brokers", str(brokers), "--partitions", str(partitions)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                     preexec_fn=_die_with_parent)
+        _register(self)
+        self._reader = _LineReader(self.proc.stdout.fileno())
+        try:
+            line = self._reader.readline(15)
+        except Exception:
+            self.cleanup()
+            raise
+        if not line.startswith("BOOTSTRAP "):
+            self.cleanup()
+            raise RuntimeError("mock-broker said %r" % line)
+        self.bootstrap = line.split(" ", 1)[1].strip()
+        self.brokers = brokers
+
+    def cmd(self, line, timeout=30, check=True):
+        """Sends one command and returns the answer ('ok' or 'err ...');
+        with check, an 'err' answer raises."""
+        self.proc.stdin.write((line + "\n").encode())
+        self.proc.stdin.flush()
+        answer = self._reader.readline(timeout)
+        if check and answer != "ok":
+            raise RuntimeError("mock-broker %r -> %r" % (line, answer))
+        return answer
+
+    def stop(self, timeout=10):
+        """quit + EOF; SIGKILL if it does not exit in time. Returns rc."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b"quit\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+            try:
+                self.proc.stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def cleanup(self):
+        try:
+            self.stop()
+        finally:
+            for f in (self.proc.stdout, self._log):
+                try:
+                    f.close()
+                except Exception:
+                    pass
+            _unregister(self)
+
+
+# --------------------------------------------------------------------------
+# Daemon under test
+# --------------------------------------------------------------------------
+
+class Process:
+    """A daemon with stderr (and stdout) captured to a log file.
+
+    env: extra environment; OUTBOX_RELAY_* variables of the calling
+    environment are removed first so tests never inherit configuration.
+    """
+
+    def __init__(self, argv, log_path, env=None, cwd=None):
+        self.argv = list(argv)
+        self.log_path = log_path
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_RELAY_")}
+        full_env.update(env or {})
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
+                                     preexec_fn=_die_with_parent)
+        self.pid = self.proc.pid
+        self.returncode = None
+        self._maxrss_kb = None
+        self._last_hwm = None
+        self._log_offset = 0
+        _register(self)
+
+    # -- state -------------------------------------------------------------
+
+    def _reap(self, block_timeout=0.0):
+        """Collects the exit status (and ru_maxrss) with wait4; True if the
+        process has exited."""
+        if self.returncode is not None:
+            return True
+        deadline = time.monotonic() + block_timeout
+        while True:
+            try:
+                pid, status, ru = os.wait4(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                # Somebody else reaped it (should not happen); fall back.
+                self.returncode = self.proc.poll()
+                return True
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                self.proc.returncode = self.returncode
+                self._maxrss_kb = ru.ru_maxrss
+                self._log.close()
+                _unregister(self)
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    def running(self):
+        return not self._reap()
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n=40):
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+    # -- waits -------------------------------------------------------------
+
+    def wait_for_log(self, pattern, timeout=30, since_mark=False, flags=re.IGNORECASE):
+        """Waits until the log matches the regex `pattern` (case-insensitive
+        by default); returns the match. Fails early if the process exits
+        without producing it. since_mark: only text after the last mark()."""
+        rx = re.compile(pattern, flags)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log_text()
+            if since_mark:
+                text = text[self._log_offset:]
+            m = rx.search(text)
+            if m:
+                return m
+            exited = not self.running()
+            if exited:
+                text = self.log_text()[self._log_offset if since_mark else 0:]
+                m = rx.search(text)
+                if m:
+                    return m
+                raise AssertionError("process exited (rc=%s) without logging /%s/; log tail:\n%s"
+                                     % (self.returncode, pattern, self.log_tail()))
+            if time.monotonic() >= deadline:
+                raise AssertionError("no /%s/ in the log within %.1fs; log tail:\n%s"
+                                     % (pattern, timeout, self.log_tail()))
+            time.sleep(0.1)
+
+    def mark(self):
+        """Remembers the current end of the log for wait_for_log(since_mark=True)."""
+        self._log_offset = len(self.log_text())
+
+    def wait_exit(self, timeout=30):
+        """Waits for exit; returns the exit code (negative = signal)."""
+        if not self._reap(timeout):
+            raise AssertionError("process %d still running after %.1fs; log tail:\n%s"
+                                 % (self.pid, timeout, self.log_tail()))
+        return self.returncode
+
+    def assert_running_for(self, seconds):
+        """Fails if the process exits within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise AssertionError("process exited (rc=%s) but should keep running; log tail:\n%s"
+                                     % (self.returncode, self.log_tail()))
+            time.sleep(0.1)
+
+    # -- signals -----------------------------------------------------------
+
+    def signal(self, sig):
+        if self.running():
+            os.kill(self.pid, sig)
+
+    def terminate(self, timeout=30):
+        """SIGTERM and wait; returns the exit code. SIGKILLs and fails if it
+        does not stop within timeout."""
+        self.rss_peak_kb()
+        self.signal(signal.SIGTERM)
+        if not self._reap(timeout):
+            self.kill()
+            raise AssertionError("process ignored SIGTERM for %.1fs; log tail:\n%s"
+                                 % (timeout, self.log_tail()))
+        return self.returncode
+
+    def kill(self):
+        """SIGKILL and reap; returns the exit code."""
+        self.rss_peak_kb()
+        self.signal(signal.SIGKILL)
+        self._reap(10)
+        return self.returncode
+
+    def rss_peak_kb(self):
+        """Peak resident set size in KiB: VmHWM while running, ru_maxrss of
+        the reaped child afterwards."""
+        if self.returncode is None:
+            try:
+                with open("/proc/%d/status" % self.pid) as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            self._last_hwm = int(line.split()[1])
+                            break
+            except OSError:
+                pass
+        if self.returncode is not None and self._maxrss_kb is not None:
+            return max(self._maxrss_kb, self._last_hwm or 0)
+        return self._last_hwm
+
+    def cleanup(self):
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._reap(10)
+        try:
+            self._log.close()
+        except Exception:
+            pass
+        _unregister(self)
+
+
+# --------------------------------------------------------------------------
+# Kafka read-back
+# --------------------------------------------------------------------------
+
+class Message:
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "raw_value")
+
+    def __init__(self, m):
+        self.topic = m.topic()
+        self.partition = m.partition()
+        self.offset = m.offset()
+        k = m.key()
+        self.key = k.decode("utf-8") if k is not None else None
+        self.raw_value = m.value()
+        self.value = self.raw_value.decode("utf-8") if self.raw_value is not None else None
+        self.headers = {}
+        for name, val in (m.headers() or []):
+            self.headers[name] = val.decode("utf-8") if val is not None else None
+
+    def __repr__(self):
+        return "Message(%s[%d]@%d key=%r headers=%r value=%r)" % (
+            self.topic, self.partition, self.offset, self.key, self.headers,
+            self.value if self.value is None or len(self.value) < 200 else self.value[:200] + "...")
+
+
+def _consumer_conf(bootstrap):
+    return {"bootstrap.servers": bootstrap,
+            "group.id": "harness-" + uuid.uuid4().hex[:8],
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 100,
+            "log_level": 3}
+
+
+def list_topics(bootstrap, timeout=10):
+    """Names of the topics the cluster knows (no auto-creation)."""
+    from confluent_kafka import Consumer
+    c = Consumer(_consumer_conf(bootstrap))
+    try:
+        md = c.list_topics(timeout=timeout)
+        return sorted(t for t, tm in md.topics.items() if tm.error is None)
+    finally:
+        c.close()
+
+
+def topic_partitions(bootstrap, topic, timeout=10):
+    """Partition ids of `topic`, or None if it does not exist."""
+    from confluent_kafka import Consumer
+    c = Consumer(_consumer_conf(bootstrap))
+    try:
+        md = c.list_topics(timeout=timeout)
+        tm = md.topics.get(topic)
+        if tm is None or tm.error is not None:
+            return None
+        return sorted(tm.partitions)
+    finally:
+        c.close()
+
+
+def read_messages(bootstrap, topic, expected=None, timeout=30, wait_topic=True):
+    """Reads `topic` from the beginning of every partition.
+
+    Returns when `expected` messages have arrived, or after `timeout`
+    seconds (so expected=None means "everything seen within timeout").
+    A topic that does not exist yet is waited for (until the deadline)
+    without being auto-created; if it never appears, [] is returned.
+    Messages come back per partition in offset order.
+    """
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING, KafkaError
+    deadline = time.monotonic() + timeout
+    c = Consumer(_consumer_conf(bootstrap))
+    out = []
+    try:
+        parts = None
+        while True:
+            md = c.list_topics(timeout=max(0.5, min(5, deadline - time.monotonic())))
+            tm = md.topics.get(topic)
+            if tm is not None and tm.error is None and tm.partitions:
+                parts = sorted(tm.partitions)
+                break
+            if not wait_topic or time.monotonic() >= deadline:
+                return out
+            time.sleep(0.2)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        while expected is None or len(out) < expected:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            batch = c.consume(num_messages=10000, timeout=min(left, 0.5))
+            for m in batch:
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError("consume error: %s" % m.error())
+                out.append(Message(m))
+    finally:
+        c.close()
+    out.sort(key=lambda m: (m.partition, m.offset))
+    return out
+
+
+def produce(bootstrap, topic, messages, timeout=30, **conf):
+    """Produces (key, value, headers) tuples; returns the delivery errors
+    (empty list = all delivered)."""
+    from confluent_kafka import Producer
+    p = Producer(dict({"bootstrap.servers": bootstrap, "log_level": 3}, **conf))
+    errors = []
+
+    def dr(err, msg):
+        if err is not None:
+            errors.append(err)
+
+    for key, value, headers in messages:
+        p.produce(topic, key=key, value=value, headers=headers, on_delivery=dr)
+    left = p.flush(timeout)
+    if left:
+        errors.append("%d message(s) not delivered within %.1fs" % (left, timeout))
+    return errors
