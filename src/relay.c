@@ -21,6 +21,7 @@
 
 #include "outbox_relay/decoder.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/metrics.h"
 #include "outbox_relay/sink.h"
 #include "outbox_relay/stream.h"
 #include "outbox_relay/tracker.h"
@@ -47,9 +48,17 @@ struct relay {
     lsn_t sent_flush;   /* flush position in our last status update */
     double last_status; /* monotonic seconds */
     bool force_status;
+    int64_t tx_commit_us; /* commit time of the open transaction, 0 unknown */
     bool fatal;
     char errstr[RELAY_ERRLEN];
 };
+
+static int64_t now_unix_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static double now_s(void)
 {
@@ -79,22 +88,26 @@ static int dead_letter(struct relay *r, uint64_t token, const char *event_id, co
 {
     char lsn[32];
     snprintf(lsn, sizeof lsn, LSN_FMT, LSN_ARGS(tracker_token_lsn(r->tracker, token)));
-    const char *headers[] = {"event_id", event_id,     "event_type", type,
-                             "original_topic", topic, "error",      error,
-                             "lsn", lsn};
+    char aggregate[128];
+    snprintf(aggregate, sizeof aggregate, "%.*s", (int) key_len, key ? key : "");
+    const char *headers[] = {"event_id",       event_id, "event_type", type,
+                             "aggregate_id",   aggregate, "lsn",       lsn,
+                             "original_topic", topic,     "error",     error};
     size_t max = sink_max_message_bytes(r->sink);
     if (value_len + key_len + 1024 > max)
         value = NULL, value_len = 0; /* the payload does not fit: headers only */
     int rc = SINK_FULL;
     while (rc == SINK_FULL && !*r->stop) {
         rc = sink_produce_raw(r->sink, r->cfg->dead_letter_topic, key, key_len, value,
-                              value_len, headers, 5, token);
+                              value_len, headers, 6, token);
         if (rc == SINK_FULL)
             sink_poll(r->sink, 100);
     }
     if (rc != SINK_OK)
         return -1;
     r->stats.dead_lettered++;
+    if (r->metrics)
+        metrics_dead_lettered(r->metrics);
     log_warn("event_id=%s type=%s lsn=%s: poison event sent to dead-letter topic %s: %s",
              event_id, type, lsn, r->cfg->dead_letter_topic, error);
     return 0;
@@ -105,22 +118,31 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     struct relay *r = ctx;
     if (rep->err == 0) {
         r->stats.events_delivered++;
+        if (r->metrics) {
+            int64_t stamp = tracker_token_stamp(r->tracker, token);
+            metrics_event_delivered(r->metrics, rep->topic,
+                                    stamp ? (double) (now_unix_us() - stamp) / 1e6 : -1);
+        }
         tracker_ack(r->tracker, token);
         return;
     }
     r->stats.delivery_errors++;
+    if (r->metrics)
+        metrics_delivery_error(r->metrics);
     lsn_t lsn = tracker_token_lsn(r->tracker, token);
-    if (r->cfg->on_poison == POISON_DEAD_LETTER &&
+    if (r->cfg->on_poison == POISON_DEAD_LETTER && rep->poison &&
         strcmp(rep->topic, r->cfg->dead_letter_topic) != 0 &&
         dead_letter(r, token, rep->event_id, rep->event_type, rep->topic, rep->key,
                     rep->key_len, rep->value, rep->value_len, rep->errstr) == 0)
         return;
     set_fatal(r,
               "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT ": %s; the slot "
-              "stays at " LSN_FMT " and nothing after this event is confirmed. Fix the cause "
-              "and restart (or run with --on-poison dead-letter)",
+              "stays at " LSN_FMT " and nothing after this event is confirmed. %s",
               rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn), rep->errstr,
-              LSN_ARGS(tracker_confirmed(r->tracker)));
+              LSN_ARGS(tracker_confirmed(r->tracker)),
+              rep->poison ? "Fix the cause and restart, or run with --on-poison dead-letter"
+                          : "Restart to send it again (if message.timeout.ms is set, leave it "
+                            "at 0 so outages make deliveries wait instead of fail)");
 }
 
 struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop,
@@ -219,6 +241,10 @@ static void produce_event(struct relay *r, const struct outbox_event *ev, uint64
     }
     if (rc == SINK_OK) {
         r->stats.events_produced++;
+        if (r->tx_commit_us)
+            tracker_stamp(r->tracker, token, r->tx_commit_us);
+        if (r->metrics)
+            metrics_event_produced(r->metrics, sink_last_topic(r->sink));
         return;
     }
     if (rc == SINK_FULL)
@@ -268,6 +294,8 @@ static void handle_change(struct relay *r, const struct wire_msg *msg)
     }
     switch (rec->action) {
     case 'B':
+        if (w2j_timestamp_us(&rec->timestamp, &r->tx_commit_us) < 0)
+            r->tx_commit_us = 0;
         if (tracker_begin(r->tracker) < 0)
             set_fatal(r, "slot=%s lsn=" LSN_FMT ": transaction begins inside another one",
                       r->cfg->slot, LSN_ARGS(msg->wal_start));
@@ -283,6 +311,8 @@ static void handle_change(struct relay *r, const struct wire_msg *msg)
             return;
         break;
     case 'M':
+        if (!rec->transactional && w2j_timestamp_us(&rec->timestamp, &r->tx_commit_us) < 0)
+            r->tx_commit_us = 0;
         if (!rec->transactional || *r->cfg->message_prefix == '\0' ||
             !span_eq(&rec->prefix, r->cfg->message_prefix))
             return; /* non-transactional or foreign messages are never relayed */
@@ -320,6 +350,21 @@ static int handle_frame(struct relay *r, const struct wire_msg *msg)
         r->stats.received_lsn = msg->wal_start;
     handle_change(r, msg);
     return 0;
+}
+
+/* Refreshes the gauges the metrics endpoint shows. */
+static void publish_gauges(struct relay *r, bool streaming)
+{
+    if (r->metrics == NULL)
+        return;
+    metrics_set_inflight(r->metrics, sink_inflight(r->sink), sink_inflight_bytes(r->sink));
+    metrics_set_confirmed_lsn(r->metrics, tracker_confirmed(r->tracker));
+    metrics_set_received_lsn(r->metrics, r->stats.received_lsn);
+    int64_t oldest = tracker_oldest_stamp(r->tracker);
+    double age = oldest ? (double) (now_unix_us() - oldest) / 1e6 : 0;
+    metrics_set_oldest_pending_age(r->metrics, age > 0 ? age : 0);
+    metrics_set_state(r->metrics, stream_connected(r->stream), streaming,
+                      sink_brokers_up(r->sink));
 }
 
 /* Streams until stop, a fatal error or a lost connection. */
@@ -367,6 +412,7 @@ static int session(struct relay *r)
             due = status_due_in(r, now, !reading);
         }
 
+        publish_gauges(r, true);
         struct pollfd pfd[2] = {
             {.fd = sink_fd(r->sink), .events = POLLIN},
             {.fd = stream_socket(r->stream), .events = reading ? POLLIN : 0},
@@ -437,6 +483,7 @@ int relay_run(struct relay *r)
             set_fatal(r, "%s", stream_errstr(r->stream));
             break;
         }
+        publish_gauges(r, false);
         if (rc == STREAM_BUSY) {
             if (!waiting_logged)
                 log_info("%s", stream_errstr(r->stream));
@@ -482,6 +529,9 @@ int relay_run(struct relay *r)
                  sink_inflight(r->sink));
         stream_close(r->stream);
         r->stats.reconnects++;
+        if (r->metrics)
+            metrics_reconnected(r->metrics);
+        publish_gauges(r, false);
         sink_flush(r->sink, 5000);
         if (r->fatal)
             break;

@@ -34,6 +34,7 @@ struct sink {
     bool fatal;
     bool closing;
     bool brokers_up;
+    char last_topic[256];
     char errstr[SINK_ERRLEN];
 };
 
@@ -49,6 +50,27 @@ static void header_str(rd_kafka_headers_t *hdrs, const char *name, char *dst, si
             size = cap - 1;
         memcpy(dst, val, size);
         dst[size] = '\0';
+    }
+}
+
+/* Errors that say the record itself can never be delivered. */
+static bool error_is_poison(rd_kafka_resp_err_t e)
+{
+    switch (e) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+    case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -72,6 +94,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     struct sink_report rep = {
         .err = m->err,
         .errstr = m->err ? rd_kafka_err2str(m->err) : "",
+        .poison = m->err && error_is_poison(m->err),
         .event_id = event_id,
         .event_type = event_type,
         .topic = m->rkt ? rd_kafka_topic_name(m->rkt) : "",
@@ -279,6 +302,7 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
         return produce_err(sk, e, topic, ev->event_id);
     sk->inflight++;
     sk->inflight_bytes += bytes;
+    memcpy(sk->last_topic, topic, sizeof topic);
     return SINK_OK;
 }
 
@@ -360,6 +384,11 @@ bool sink_fatal(const struct sink *sk)
 bool sink_brokers_up(const struct sink *sk)
 {
     return sk->brokers_up;
+}
+
+const char *sink_last_topic(const struct sink *sk)
+{
+    return sk->last_topic;
 }
 
 const char *sink_errstr(const struct sink *sk)

@@ -31,6 +31,7 @@ struct group {
     lsn_t end_lsn;  /* largest commit end folded in; valid once closed */
     size_t pending; /* events produced and not yet acked */
     bool closed;    /* every transaction in the group has committed */
+    int64_t stamp;  /* caller's note (commit time) of its first event, 0 = none */
 };
 
 struct tracker {
@@ -90,6 +91,7 @@ static uint64_t push_group(struct tracker *t, lsn_t end_lsn, bool closed)
     g->end_lsn = end_lsn;
     g->pending = 0;
     g->closed = closed;
+    g->stamp = 0;
     t->count++;
     return seq;
 }
@@ -256,4 +258,20 @@ void tracker_reset(struct tracker *t, lsn_t confirmed)
     t->in_tx = false;
     t->tx_has_group = false;
     raise_confirmed(t, confirmed);
+}
+
+void tracker_stamp(struct tracker *t, uint64_t token, int64_t stamp)
+{
+    if (token_live(t, token) && group_at(t, token)->stamp == 0)
+        group_at(t, token)->stamp = stamp;
+}
+
+int64_t tracker_token_stamp(const struct tracker *t, uint64_t token)
+{
+    return token_live(t, token) ? group_at(t, token)->stamp : 0;
+}
+
+int64_t tracker_oldest_stamp(const struct tracker *t)
+{
+    return t->count > 0 ? group_at(t, t->head_seq)->stamp : 0;
 }

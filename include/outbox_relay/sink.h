@@ -33,6 +33,11 @@ enum sink_rc {
 struct sink_report {
     int err;                /* rd_kafka_resp_err_t; 0 = delivered */
     const char *errstr;     /* NUL-terminated */
+    bool poison;            /* no retry can deliver this record (too large,
+                               invalid or unauthorized topic, rejected by
+                               policy); other errors (timeouts, purges,
+                               fatal producer states) are not the event's
+                               fault and must never dead-letter it */
     const char *event_id;   /* from the event_id header, "" if absent */
     const char *event_type; /* from the event_type header, "" if absent */
     const char *topic;
@@ -94,6 +99,9 @@ bool sink_fatal(const struct sink *sk);
 /* True while at least one broker connection is up (as far as librdkafka's
  * last error/up events tell). */
 bool sink_brokers_up(const struct sink *sk);
+
+/* The topic the last successful sink_produce() went to. */
+const char *sink_last_topic(const struct sink *sk);
 
 const char *sink_errstr(const struct sink *sk);
 

@@ -96,4 +96,13 @@ lsn_t tracker_token_lsn(const struct tracker *t, uint64_t token);
  * `confirmed` when that is larger. */
 void tracker_reset(struct tracker *t, lsn_t confirmed);
 
+/* Notes: each group carries one int64 the caller chooses (the relay stores
+ * the commit time of the group's first transaction, for latency metrics).
+ * tracker_stamp sets it for the token's group unless already set;
+ * tracker_token_stamp reads it (0 for a stale token); tracker_oldest_stamp
+ * is the oldest in-flight group's (0 when nothing is in flight). */
+void tracker_stamp(struct tracker *t, uint64_t token, int64_t stamp);
+int64_t tracker_token_stamp(const struct tracker *t, uint64_t token);
+int64_t tracker_oldest_stamp(const struct tracker *t);
+
 #endif

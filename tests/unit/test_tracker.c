@@ -786,8 +786,40 @@ static void test_property(void)
         property_run(cap, false, 200, 2000);
 }
 
+/* Stamps: the first stamp of a group sticks; the oldest in-flight group's
+ * stamp is what the relay reports as the oldest pending event's age. */
+static void test_stamps(void)
+{
+    struct tracker *t = tracker_new(8, 0);
+    CHECK_EQ_INT(tracker_oldest_stamp(t), 0);
+    tracker_begin(t);
+    uint64_t a = tracker_add(t);
+    tracker_stamp(t, a, 100);
+    tracker_stamp(t, a, 200); /* second event of the same group: kept 100 */
+    tracker_commit(t, 10);
+    tracker_begin(t);
+    uint64_t b = tracker_add(t);
+    tracker_stamp(t, b, 300);
+    tracker_commit(t, 20);
+    CHECK_EQ_INT(tracker_token_stamp(t, a), 100);
+    CHECK_EQ_INT(tracker_token_stamp(t, b), 300);
+    CHECK_EQ_INT(tracker_oldest_stamp(t), 100);
+    tracker_ack(t, a);
+    CHECK_EQ_INT(tracker_oldest_stamp(t), 300);
+    CHECK_EQ_INT(tracker_token_stamp(t, a), 0); /* retired */
+    tracker_ack(t, b);
+    CHECK_EQ_INT(tracker_oldest_stamp(t), 0);
+    tracker_begin(t);
+    uint64_t c = tracker_add(t);
+    tracker_reset(t, 0);
+    tracker_stamp(t, c, 5); /* stale: ignored */
+    CHECK_EQ_INT(tracker_token_stamp(t, c), 0);
+    tracker_free(t);
+}
+
 int main(void)
 {
+    test_stamps();
     test_new_free();
     test_basic();
     test_ack_before_commit();
