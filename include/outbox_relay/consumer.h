@@ -1,0 +1,170 @@
+/*
+ * consumer.h — the idempotent consumer: apply Kafka events to PostgreSQL
+ * exactly once, with a handler of your own, in the same transaction that
+ * records the event as processed.
+ *
+ * Delivery from Kafka is at-least-once. The consumer turns it into
+ * exactly-once effects: for each batch of messages it runs ONE PostgreSQL
+ * transaction; per message it inserts (consumer, event_id) into
+ * processed_events (ON CONFLICT DO NOTHING); when the row already existed the
+ * message is a duplicate and is skipped, otherwise the handler runs inside a
+ * SAVEPOINT. After COMMIT, and only then, the batch's Kafka offsets are
+ * committed (synchronously). A crash anywhere before COMMIT applies nothing;
+ * a crash between COMMIT and the offset commit redelivers messages whose
+ * event ids are already recorded, so they are skipped.
+ *
+ * The event id is the message's "event_id" header (what outbox-relay sets).
+ * A message without one gets "kafka-<topic>-<partition>-<offset>", which is
+ * stable only while the topic is not recreated or compacted away.
+ *
+ * A handler failure that is a data error (anything but a lost connection or
+ * a transient conflict) is rolled back to the message's savepoint and then,
+ * by on_error:
+ *   CONSUMER_ON_ERROR_FAILED  the message is recorded in failed_events (and
+ *                             in processed_events, so it is not retried
+ *                             forever) and the batch goes on;
+ *   CONSUMER_ON_ERROR_HALT    the whole batch is rolled back, the messages
+ *                             before the failing one are applied and their
+ *                             offsets committed, and consumer_run() returns
+ *                             CONSUMER_HALTED with the event id,
+ *                             topic/partition/offset and the SQL error in
+ *                             consumer_errstr(). No offset at or past the
+ *                             failing message is committed.
+ * Transient errors (serialization failure 40001, deadlock 40P01, lock not
+ * available 55P03, insufficient resources 53xxx) roll the batch back and
+ * retry it. A lost PostgreSQL connection (PQstatus bad, SQLSTATE class 08,
+ * 57P01-57P03) rolls back, reconnects with a capped exponential backoff and
+ * seeks each partition of the batch back to its first message (the next
+ * offset after the last commit), so nothing unapplied is skipped; while
+ * PostgreSQL is away the assigned partitions are paused. Kafka errors are
+ * logged and polling goes on: librdkafka reconnects by itself.
+ *
+ * Rebalances: the default (eager) assignment protocol is used, with a
+ * rebalance callback. On revoke, the in-progress batch (collected, not yet
+ * applied) is applied and its offsets committed while the partitions are
+ * still ours; if that cannot be done (PostgreSQL away) it is dropped
+ * unapplied and no offset is committed for it, so the next owner reads it
+ * again. The cooperative protocol (partition.assignment.strategy =
+ * cooperative-sticky) is handled the same way, with incremental
+ * assign/unassign.
+ *
+ * Each savepoint is a subtransaction; PostgreSQL tracks up to 64 per
+ * transaction cheaply, so keep batches near 100 when other sessions are
+ * busy (see docs/consumer.md).
+ *
+ * One thread: every callback runs in the thread that calls consumer_run().
+ */
+#ifndef OUTBOX_RELAY_CONSUMER_H
+#define OUTBOX_RELAY_CONSUMER_H
+
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONSUMER_ERRLEN 1024
+
+enum consumer_on_error { CONSUMER_ON_ERROR_HALT = 0, CONSUMER_ON_ERROR_FAILED };
+
+/* consumer_run() results, and what handlers and on_connect return. */
+enum consumer_result {
+    CONSUMER_OK = 0,
+    CONSUMER_FAIL = -1,   /* handler: this message failed (see consumer_failure) */
+    CONSUMER_FATAL = -2,  /* unusable configuration or a fatal Kafka error */
+    CONSUMER_HALTED = -3, /* on_error halt met a failing message */
+};
+
+/* One Kafka message as the handler sees it. Every string is NUL-terminated
+ * and valid only during the handler call. */
+struct consumer_message {
+    const char *event_id;     /* "event_id" header, or "kafka-<topic>-<p>-<o>" */
+    const char *aggregate_id; /* the message key as text; NULL when there is none */
+    const char *type;         /* "event_type" header; NULL when absent */
+    const char *payload;      /* the value as text; NULL for an empty value */
+    size_t payload_len;
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+};
+
+/* What a failing handler reports: the SQLSTATE (5 characters, "" when the
+ * failure is not an SQL error) and a message. */
+struct consumer_failure {
+    char sqlstate[6];
+    char message[CONSUMER_ERRLEN];
+};
+
+/* Fills why from a failed PGresult (or from conn's error message when res
+ * is NULL). Returns CONSUMER_FAIL, so a handler can end with
+ *   return consumer_failure_from_result(why, res, conn); */
+int consumer_failure_from_result(struct consumer_failure *why, const PGresult *res,
+                                 const PGconn *conn);
+
+/* The handler: apply msg using conn, which is inside the batch transaction
+ * and a savepoint of its own. Do not COMMIT or ROLLBACK. Return CONSUMER_OK
+ * when applied, CONSUMER_FAIL with why filled when not. Whether a failure
+ * is a data error or a lost connection is decided by the consumer from
+ * why->sqlstate and PQstatus(conn). */
+typedef int (*consumer_handler_fn)(void *arg, PGconn *conn, const struct consumer_message *msg,
+                                   struct consumer_failure *why);
+
+/* Called after each (re)connection, before any batch: prepare statements
+ * here. Return CONSUMER_OK; CONSUMER_FAIL with why filled (a lost
+ * connection is retried, anything else is fatal: consumer_run() returns
+ * CONSUMER_FATAL). */
+typedef int (*consumer_connect_fn)(void *arg, PGconn *conn, struct consumer_failure *why);
+
+struct consumer_kv {
+    const char *key;
+    const char *value;
+};
+
+struct consumer_options {
+    const char *brokers;            /* bootstrap.servers (or set it in kafka[]) */
+    const char *group;              /* group.id, required */
+    const char *const *topics;      /* names, or librdkafka regexes starting with '^' */
+    size_t ntopics;
+    const char *dsn;                /* libpq connection string */
+    const char *consumer_name;      /* the processed_events.consumer value */
+    enum consumer_on_error on_error;
+    int batch;                      /* messages per transaction (default 100) */
+    int batch_ms;                   /* wait for a batch to fill (default 100 ms) */
+    double reconnect_max;           /* s, cap of the PostgreSQL backoff (default 30) */
+    const struct consumer_kv *kafka; /* librdkafka properties, applied after ours */
+    size_t nkafka;
+    consumer_handler_fn handler;    /* required */
+    consumer_connect_fn on_connect; /* may be NULL */
+    void *arg;                      /* passed to handler and on_connect */
+};
+
+struct consumer_stats {
+    uint64_t applied;    /* handler succeeded, committed */
+    uint64_t duplicates; /* skipped: already in processed_events */
+    uint64_t failed;     /* recorded in failed_events */
+    uint64_t batches;    /* committed transactions */
+    uint64_t retries;    /* batches rolled back and read again */
+    uint64_t reconnects; /* PostgreSQL reconnections */
+};
+
+struct consumer;
+
+/* Creates the Kafka consumer (not yet subscribed) from o; the strings in o
+ * must outlive the consumer. Returns NULL with a message in err on bad
+ * options or librdkafka properties. Does not connect to PostgreSQL. */
+struct consumer *consumer_new(const struct consumer_options *o, char *err, size_t errlen);
+
+/* Subscribes and consumes until *stop is set (then finishes the batch in
+ * progress, commits its offsets, closes the group membership and returns
+ * CONSUMER_OK), on_error halt meets a failing message (CONSUMER_HALTED), or
+ * a fatal error (CONSUMER_FATAL). Details of a non-zero result in
+ * consumer_errstr(). */
+int consumer_run(struct consumer *c, volatile sig_atomic_t *stop);
+
+const char *consumer_errstr(const struct consumer *c);
+const struct consumer_stats *consumer_stats(const struct consumer *c);
+
+/* Closes the Kafka consumer (leaving the group) and the PostgreSQL
+ * connection. NULL is fine. */
+void consumer_free(struct consumer *c);
+
+#endif
