@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum opt_kind { OPT_STR, OPT_LONG, OPT_SIZE, OPT_SECONDS, OPT_LOGLEVEL, OPT_LOGFORMAT, OPT_POISON };
+enum opt_kind { OPT_BOOL, OPT_BACKFILL, OPT_STR, OPT_LONG, OPT_SIZE, OPT_SECONDS, OPT_LOGLEVEL, OPT_LOGFORMAT, OPT_POISON };
 
 struct opt_def {
     const char *name; /* long option name, dashes */
@@ -70,6 +70,13 @@ static const struct opt_def options[] = {
      "/readyz and `status`: slot lag above this is unhealthy"},
     {"max-age", OPT_SECONDS, OFF(max_age), "300", "SECONDS",
      "`status`: confirmation lagging more than this is unhealthy"},
+    {"takeover-after", OPT_SECONDS, OFF(takeover_after), "0", "SECONDS",
+     "standby: terminate the slot's walsender when its client has been silent this long "
+     "(0 = wait for the server's wal_sender_timeout)"},
+    {"failover-slot", OPT_BOOL, OFF(failover_slot), "false", "true|false",
+     "create the slot with FAILOVER so it survives a primary failover (PostgreSQL 17+)"},
+    {"backfill", OPT_BACKFILL, OFF(backfill_pending), "none", "none|pending",
+     "when creating the slot, first publish the rows a polling relayer left undispatched"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "info", "debug|info|warn|error", "log level"},
     {"log-format", OPT_LOGFORMAT, OFF(log_format), "text", "text|json", "log line format"},
     {"config", OPT_STR, OFF(config_file), NULL, "FILE",
@@ -194,6 +201,28 @@ static int set_option(struct relay_config *cfg, const struct opt_def *o, const c
     int lvl;
 
     switch (o->kind) {
+    case OPT_BOOL:
+        if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0 || strcmp(value, "yes") == 0 ||
+            strcmp(value, "on") == 0) {
+            *(bool *) field = true;
+            return 0;
+        }
+        if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0 || strcmp(value, "no") == 0 ||
+            strcmp(value, "off") == 0) {
+            *(bool *) field = false;
+            return 0;
+        }
+        snprintf(err, errlen, "%s: --%s expects true or false, got \"%s\"", source, o->name,
+                 value);
+        return -1;
+    case OPT_BACKFILL:
+        if (strcmp(value, "none") == 0 || strcmp(value, "pending") == 0) {
+            *(bool *) field = strcmp(value, "pending") == 0;
+            return 0;
+        }
+        snprintf(err, errlen, "%s: --%s expects none or pending, got \"%s\"", source, o->name,
+                 value);
+        return -1;
     case OPT_STR: {
         char *copy = strdup(value);
         if (copy == NULL) {
@@ -534,6 +563,12 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
             return -1;
         }
     }
+    if (cfg->takeover_after > 0 && cfg->takeover_after < 2 * cfg->status_interval) {
+        snprintf(err, errlen, "--takeover-after (%.1f s) must be at least twice "
+                 "--status-interval (%.1f s), or a healthy relayer would be taken over",
+                 cfg->takeover_after, cfg->status_interval);
+        return -1;
+    }
     if (cfg->reconnect_max < 0.1) {
         snprintf(err, errlen, "--reconnect-max must be at least 0.1 seconds");
         return -1;
@@ -643,7 +678,9 @@ static int load_args(struct relay_config *cfg, int argc, char **argv, char *err,
             snprintf(err, errlen, "unknown option --%.*s (see --help)", (int) nlen, name);
             return -1;
         }
-        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        const char *value = eq ? eq + 1
+                          : o->kind == OPT_BOOL ? "true"
+                          : (i + 1 < argc ? argv[++i] : NULL);
         if (value == NULL) {
             snprintf(err, errlen, "--%s needs a value (%s)", o->name, o->arg ? o->arg : "");
             return -1;

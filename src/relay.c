@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "outbox_relay/backfill.h"
 #include "outbox_relay/decoder.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
@@ -145,6 +146,45 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
                             "at 0 so outages make deliveries wait instead of fail)");
 }
 
+static bool window_open(const struct relay *r);
+static void produce_event(struct relay *r, const struct outbox_event *ev, uint64_t token);
+
+/* Backfill: one row of the snapshot, produced like a streamed event but
+ * outside the tracker (token 0): the slot starts streaming only after every
+ * backfilled event has been delivered. */
+static int backfill_emit(void *ctx, const struct outbox_event *ev)
+{
+    struct relay *r = ctx;
+    while (!window_open(r) && !*r->stop && !r->fatal)
+        sink_poll(r->sink, 100);
+    if (*r->stop || r->fatal)
+        return -1;
+    produce_event(r, ev, 0);
+    return r->fatal ? -1 : 0;
+}
+
+static int on_slot_created(void *ctx, const char *snapshot)
+{
+    struct relay *r = ctx;
+    char err[RELAY_ERRLEN];
+    uint64_t rows = 0;
+    log_info("slot=%s: backfill: publishing the outbox rows not yet dispatched, as of the "
+             "slot's consistent point (snapshot %s)", r->cfg->slot, snapshot);
+    if (backfill_run(r->cfg->dsn, snapshot, r->cfg->table_schema, r->cfg->table_name,
+                     backfill_emit, r, &rows, err, sizeof err) < 0) {
+        if (!*r->stop)
+            set_fatal(r, "slot=%s: %s", r->cfg->slot, err);
+        return -1;
+    }
+    while (sink_inflight(r->sink) > 0 && !*r->stop && !r->fatal)
+        sink_poll(r->sink, 100);
+    if (*r->stop || r->fatal)
+        return -1;
+    log_info("slot=%s: backfill: %llu rows published and delivered; streaming from the slot's "
+             "consistent point", r->cfg->slot, (unsigned long long) rows);
+    return 0;
+}
+
 struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop,
                         struct metrics *metrics, char *err, size_t errlen)
 {
@@ -159,7 +199,11 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     struct stream_options so = {.dsn = cfg->dsn, .slot = cfg->slot,
                                 .table_schema = cfg->table_schema,
                                 .table_name = cfg->table_name,
-                                .message_prefix = cfg->message_prefix, .create_slot = true};
+                                .message_prefix = cfg->message_prefix, .create_slot = true,
+                                .failover_slot = cfg->failover_slot,
+                                .takeover_after = cfg->takeover_after,
+                                .on_created = cfg->backfill_pending ? on_slot_created : NULL,
+                                .on_created_ctx = r};
     r->stream = stream_new(&so);
     r->tracker = tracker_new(TRACKER_GROUPS, 0);
     r->rec = malloc(sizeof *r->rec);
@@ -480,9 +524,13 @@ int relay_run(struct relay *r)
         bool created = false;
         int rc = stream_start(r->stream, tracker_confirmed(r->tracker), &slot_confirmed, &created);
         if (rc == STREAM_FATAL) {
-            set_fatal(r, "%s", stream_errstr(r->stream));
+            if (!*r->stop) /* a stop during backfill is not an error */
+                set_fatal(r, "%s", stream_errstr(r->stream));
             break;
         }
+        if (cfg->backfill_pending && !created && !streamed && rc == STREAM_OK)
+            log_info("slot=%s exists already: --backfill applies only when the slot is created",
+                     cfg->slot);
         publish_gauges(r, false);
         if (rc == STREAM_BUSY) {
             if (!waiting_logged)
@@ -499,7 +547,11 @@ int relay_run(struct relay *r)
             continue;
         }
 
-        if (created)
+        if (created && cfg->backfill_pending)
+            log_info("created replication slot %s with wal2json at " LSN_FMT " after "
+                     "backfilling the rows committed before it", cfg->slot,
+                     LSN_ARGS(slot_confirmed));
+        else if (created)
             log_warn("created replication slot %s with wal2json at " LSN_FMT "; outbox events "
                      "committed before now are not relayed by it",
                      cfg->slot, LSN_ARGS(slot_confirmed));

@@ -30,6 +30,10 @@ struct stream {
     char *table_name;
     char *message_prefix;
     bool create_slot;
+    bool failover_slot;
+    double takeover_after;
+    int (*on_created)(void *ctx, const char *snapshot);
+    void *on_created_ctx;
     PGconn *conn;
     char *copybuf; /* last frame from PQgetCopyData, freed on the next read */
     char errstr[STREAM_ERRLEN];
@@ -51,6 +55,10 @@ struct stream *stream_new(const struct stream_options *opts)
     s->table_name = dup_or_empty(opts->table_name);
     s->message_prefix = dup_or_empty(opts->message_prefix);
     s->create_slot = opts->create_slot;
+    s->failover_slot = opts->failover_slot;
+    s->takeover_after = opts->takeover_after;
+    s->on_created = opts->on_created;
+    s->on_created_ctx = opts->on_created_ctx;
     if (!s->dsn || !s->slot || !s->table_schema || !s->table_name || !s->message_prefix) {
         stream_free(s);
         return NULL;
@@ -219,6 +227,47 @@ static int check_server(struct stream *s)
 
 enum slot_state { SLOT_MISSING, SLOT_READY };
 
+/* The slot is held by walsender `pid`. With --takeover-after, a walsender
+ * whose client has sent nothing for that long (a partitioned or hung
+ * relayer: a crashed one closes its socket and the server frees the slot by
+ * itself) is terminated so this relayer can take over. pg_stat_replication's
+ * reply_time is the last status update the holder sent; our relayers send
+ * one at least every --status-interval. */
+static int take_over(struct stream *s, const char *pid)
+{
+    int rc = fail(s, STREAM_BUSY, "slot=%s is active for PID %s; waiting as a standby "
+                  "(another relayer may own it)", s->slot, pid);
+    if (s->takeover_after <= 0 || strspn(pid, "0123456789") != strlen(pid) || *pid == '\0')
+        return rc;
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT COALESCE(EXTRACT(EPOCH FROM now() - COALESCE(reply_time, backend_start)), "
+             "0) FROM pg_stat_replication WHERE pid = %s", pid);
+    PGresult *res = PQexec(s->conn, sql);
+    double silent = -1;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+        silent = strtod(PQgetvalue(res, 0, 0), NULL);
+    PQclear(res);
+    if (silent < s->takeover_after)
+        return rc;
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%s)", pid);
+    res = PQexec(s->conn, sql);
+    bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+              strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    char msg[STREAM_ERRLEN];
+    copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+    PQclear(res);
+    if (ok)
+        log_warn("slot=%s: its walsender PID %s has heard nothing from its client for %.1f s "
+                 "(--takeover-after %.1f); terminated it to take over", s->slot, pid, silent,
+                 s->takeover_after);
+    else
+        log_warn("slot=%s: could not terminate the silent walsender PID %s: %s", s->slot, pid,
+                 msg);
+    return fail(s, STREAM_BUSY, "slot=%s was held by a silent walsender (PID %s); taking over",
+                s->slot, pid);
+}
+
 /* Looks the slot up and refuses what we must not use. */
 static int check_slot(struct stream *s, enum slot_state *state, lsn_t *confirmed)
 {
@@ -270,8 +319,7 @@ static int check_slot(struct stream *s, enum slot_state *state, lsn_t *confirmed
                   "and start again (consider --backfill), and raise max_slot_wal_keep_size",
                   s->slot, flush);
     } else if (active) {
-        rc = fail(s, STREAM_BUSY, "slot=%s is active for PID %s; waiting (another relayer may "
-                  "own it)", s->slot, pid);
+        rc = take_over(s, pid);
     } else if (!PQgetisnull(res, 0, 7) && lsn_parse(flush, strlen(flush), confirmed) < 0) {
         rc = fail(s, STREAM_FATAL, "slot=%s: cannot parse confirmed_flush_lsn \"%s\"", s->slot,
                   flush);
@@ -287,13 +335,45 @@ static int plugin_missing(const char *msg)
            (strstr(msg, "wal2json") != NULL && strstr(msg, "No such file") != NULL);
 }
 
+/* Creates the slot. With on_created set, exports the snapshot of the
+ * slot's consistent point and hands it over before anything else runs on
+ * this connection (running a command would end the snapshot). */
 static int create_slot(struct stream *s)
 {
     char sql[256];
-    snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json NOEXPORT_SNAPSHOT",
-             s->slot);
+    const char *snapshot = s->on_created ? "'export'" : "'nothing'";
+    if (s->failover_slot && PQserverVersion(s->conn) < 170000)
+        return fail(s, STREAM_FATAL,
+                    "slot=%s: --failover-slot needs PostgreSQL 17 or later (this server is %d); "
+                    "on PostgreSQL 15 and 16 a logical slot exists only on the primary and is "
+                    "not carried to a promoted standby (see docs/deploy.md)",
+                    s->slot, PQserverVersion(s->conn));
+    if (PQserverVersion(s->conn) >= 150000)
+        snprintf(sql, sizeof sql,
+                 "CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json (SNAPSHOT %s%s)", s->slot,
+                 snapshot, s->failover_slot ? ", FAILOVER" : "");
+    else
+        snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json %s",
+                 s->slot, s->on_created ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT");
     PGresult *res = PQexec(s->conn, sql);
     int rc = STREAM_OK;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && s->on_created != NULL) {
+        char name[128] = "";
+        if (PQnfields(res) >= 3 && PQntuples(res) == 1 && !PQgetisnull(res, 0, 2))
+            snprintf(name, sizeof name, "%s", PQgetvalue(res, 0, 2));
+        PQclear(res);
+        if (*name == '\0' || s->on_created(s->on_created_ctx, name) < 0) {
+            if (*name == '\0')
+                fail(s, STREAM_FATAL, "slot=%s: the server exported no snapshot", s->slot);
+            else
+                fail(s, STREAM_FATAL, "slot=%s: the work on the exported snapshot did not "
+                     "finish; dropped the new slot so the next start does it again", s->slot);
+            snprintf(sql, sizeof sql, "DROP_REPLICATION_SLOT \"%s\"", s->slot);
+            PQclear(PQexec(s->conn, sql));
+            return STREAM_FATAL;
+        }
+        return STREAM_OK;
+    }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         char msg[STREAM_ERRLEN];
         copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));

@@ -55,6 +55,9 @@ struct relay_config {
     double heartbeat_interval; /* seconds, 0 = off */
     long max_lag_bytes;        /* readiness and `status` threshold */
     double max_age;            /* `status` threshold, seconds */
+    double takeover_after;     /* seconds, 0 = never terminate a holder */
+    bool failover_slot;
+    bool backfill_pending;     /* --backfill pending */
     enum log_level log_level;
     enum log_format log_format;
     char *config_file;

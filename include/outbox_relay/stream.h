@@ -33,6 +33,16 @@ struct stream_options {
     const char *table_name;
     const char *message_prefix; /* "" or NULL: no logical messages */
     bool create_slot;           /* create the slot when it does not exist */
+    bool failover_slot;         /* create it with FAILOVER (PostgreSQL 17+) */
+    double takeover_after;      /* > 0: terminate a walsender holding the slot
+                                   whose client has been silent this long */
+    /* Called once, right after this stream created the slot, with the name
+     * of the snapshot exported at the slot's consistent point (valid only
+     * until the call returns), before replication starts. NULL: no snapshot
+     * is exported. Returning < 0 drops the new slot again (so the next start
+     * redoes the work) and makes stream_start return STREAM_FATAL. */
+    int (*on_created)(void *ctx, const char *snapshot);
+    void *on_created_ctx;
 };
 
 struct stream;

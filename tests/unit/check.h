@@ -38,14 +38,15 @@ static int check_count;
 #define CHECK_SPAN(ptr, len, str)                                              \
     do {                                                                       \
         const char *check_s_ = (str);                                          \
+        const char *check_p_ = (const char *) (ptr);                           \
         size_t check_l_ = strlen(check_s_);                                    \
         check_count++;                                                         \
-        if ((len) != check_l_ || ((ptr) == NULL && check_l_ > 0) ||            \
-            ((ptr) != NULL && memcmp((ptr), check_s_, check_l_) != 0)) {       \
+        if ((len) != check_l_ || (check_p_ == NULL && check_l_ > 0) ||         \
+            (check_p_ != NULL && memcmp(check_p_, check_s_, check_l_) != 0)) { \
             check_failures++;                                                  \
             fprintf(stderr, "%s:%d: CHECK failed: %s == \"%s\" (got \"%.*s\")\n", \
                     __FILE__, __LINE__, #ptr, check_s_, (int) (len),           \
-                    (ptr) ? (const char *) (ptr) : "(null)");                  \
+                    check_p_ ? check_p_ : "(null)");                           \
         }                                                                      \
     } while (0)
 
