@@ -1,15 +1,27 @@
 /*
  * main.c — outbox-relay: stream a PostgreSQL transactional outbox to Kafka
- * from the WAL. Parses the configuration, installs signal handlers, runs the
- * relay. The only place that exits.
+ * from the WAL. Parses the configuration, installs signal handlers and
+ * dispatches to one of three commands:
+ *   run     the relay, with the metrics registry, the HTTP endpoint (when
+ *           --metrics-addr is set) and the maintenance thread (slot polls,
+ *           reaper, heartbeat) beside it;
+ *   reap    the reaper, once (for cron);
+ *   status  a health report whose exit code a probe can use.
+ * The only place that exits.
  */
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "outbox_relay/config.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/maint.h"
+#include "outbox_relay/metrics.h"
 #include "outbox_relay/relay.h"
+#include "outbox_relay/status.h"
+
+#define MAINT_STOP_TIMEOUT 10.0 /* s to wait for the maintenance thread at exit */
 
 extern char **environ;
 
@@ -20,10 +32,61 @@ static void on_signal(int sig)
     stop_requested = 1;
 }
 
+/* `run`: 0 after a clean stop, 1 on a fatal relay error, 2 when something
+ * cannot even start (bad Kafka configuration, metrics address in use). */
+static int cmd_run(const struct relay_config *cfg, bool *cfg_borrowed)
+{
+    char err[CONFIG_ERRLEN];
+    struct metrics_http *http = NULL;
+    struct maint *maint = NULL;
+    struct relay *relay = NULL;
+    int code = 2;
+
+    struct metrics *metrics = metrics_new(cfg->slot);
+    if (metrics == NULL) {
+        log_error("out of memory");
+        return 2;
+    }
+    if (cfg->metrics_addr != NULL && *cfg->metrics_addr != '\0') {
+        http = metrics_http_start(metrics, cfg->metrics_addr, cfg->max_lag_bytes, err,
+                                  sizeof err);
+        if (http == NULL) {
+            log_error("%s", err);
+            goto out;
+        }
+        log_info("serving /metrics, /healthz and /readyz on %s (port %d)", cfg->metrics_addr,
+                 metrics_http_port(http));
+    }
+    relay = relay_new(cfg, &stop_requested, metrics, err, sizeof err);
+    if (relay == NULL) {
+        log_error("%s", err);
+        goto out;
+    }
+    maint = maint_start(cfg, metrics, err, sizeof err);
+    if (maint == NULL) {
+        log_error("%s", err);
+        goto out;
+    }
+    code = relay_run(relay);
+
+out:
+    /* The maintenance thread and the HTTP server borrow metrics and cfg:
+     * stop them first. A thread that would not stop keeps them (leaked at
+     * exit rather than freed under it). */
+    bool maint_gone = maint_stop(maint, MAINT_STOP_TIMEOUT);
+    relay_free(relay);
+    metrics_http_stop(http);
+    if (maint_gone)
+        metrics_free(metrics);
+    *cfg_borrowed = !maint_gone;
+    return code;
+}
+
 int main(int argc, char **argv)
 {
     struct relay_config cfg;
     char err[CONFIG_ERRLEN];
+    bool cfg_borrowed = false;
     int code;
 
     enum config_result cr = config_load(&cfg, argc, argv, environ, err, sizeof err);
@@ -44,22 +107,20 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (cfg.command != RELAY_CMD_RUN) {
-        fprintf(stderr, "outbox-relay: the %s command is not available in this build\n",
-                cfg.command == RELAY_CMD_REAP ? "reap" : "status");
+    switch (cfg.command) {
+    case RELAY_CMD_REAP:
+        code = maint_reap_once(&cfg, &stop_requested);
+        break;
+    case RELAY_CMD_STATUS:
+        code = status_run(&cfg, stdout);
+        break;
+    case RELAY_CMD_RUN:
+    default:
+        code = cmd_run(&cfg, &cfg_borrowed);
+        break;
+    }
+    if (!cfg_borrowed)
         config_free(&cfg);
-        return 2;
-    }
-
-    struct relay *relay = relay_new(&cfg, &stop_requested, NULL, err, sizeof err);
-    if (relay == NULL) {
-        log_error("%s", err);
-        code = 2;
-    } else {
-        code = relay_run(relay);
-        relay_free(relay);
-    }
-    config_free(&cfg);
     log_shutdown();
     return code;
 }

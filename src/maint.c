@@ -1,0 +1,473 @@
+/*
+ * maint.c — the maintenance thread (see maint.h).
+ *
+ * One thread, one connection, one schedule of three deadlines (slot poll,
+ * heartbeat, reaper). Between deadlines it sleeps on a condition variable
+ * that maint_stop() signals. The connection is opened with libpq's
+ * non-blocking connect so that a stop request never waits for a server
+ * that does not answer, and every query can be interrupted by PQcancel from
+ * the stopping thread.
+ *
+ * The reaper runs on the same connection and can wait up to its
+ * confirm_wait for the slot; through its tick hook the thread keeps polling
+ * and heartbeating meanwhile (inside the reaper's transaction, each under a
+ * savepoint so that a failing poll cannot abort the reaper's work).
+ */
+#include "outbox_relay/maint.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "outbox_relay/log.h"
+#include "outbox_relay/metrics.h"
+#include "outbox_relay/reaper.h"
+
+#define CONNECT_TIMEOUT 15.0 /* s for one connection attempt */
+#define WARN_EVERY 60.0      /* s between repeated connection warnings */
+
+struct maint {
+    const struct relay_config *cfg;
+    struct metrics *m;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_bool stop;
+    volatile sig_atomic_t *signal_stop; /* maint_reap_once: the signal flag */
+    bool once;                          /* maint_reap_once: always report */
+    bool done;        /* under mu: the thread has finished */
+    PGcancel *cancel; /* under mu: for the connection in use */
+
+    /* The thread's own. */
+    PGconn *conn;
+    char *qtable; /* "schema"."table", for the row estimate */
+    double next_poll, next_heartbeat, next_reap;
+    bool heartbeat_off;
+    bool in_tick;
+    double last_conn_warn;
+};
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static bool stopping(struct maint *mt)
+{
+    return atomic_load(&mt->stop) || (mt->signal_stop != NULL && *mt->signal_stop);
+}
+
+/* Sleeps until the monotonic time `until` or a stop request. */
+static void sleep_until(struct maint *mt, double until)
+{
+    pthread_mutex_lock(&mt->mu);
+    while (!stopping(mt)) {
+        double now = mono_now();
+        if (now >= until)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double left = until - now;
+        ts.tv_sec += (time_t) left;
+        ts.tv_nsec += (long) ((left - (double) (time_t) left) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&mt->cv, &mt->mu, &ts);
+    }
+    pthread_mutex_unlock(&mt->mu);
+}
+
+static void one_line(char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' '))
+        s[--n] = '\0';
+    for (; *s; s++)
+        if (*s == '\n')
+            *s = ' ';
+}
+
+static void disconnect(struct maint *mt)
+{
+    pthread_mutex_lock(&mt->mu);
+    PQfreeCancel(mt->cancel);
+    mt->cancel = NULL;
+    pthread_mutex_unlock(&mt->mu);
+    PQfinish(mt->conn);
+    mt->conn = NULL;
+}
+
+/* Opens the connection without blocking past CONNECT_TIMEOUT or a stop.
+ * Returns 0, or -1 with the reason in err. */
+static int connect_db(struct maint *mt, char *err, size_t errlen)
+{
+    /* The user's DSN comes last so that it can override our defaults. */
+    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname", NULL};
+    const char *vals[] = {"outbox-relay maintenance", "10", mt->cfg->dsn, NULL};
+    PGconn *c = PQconnectStartParams(keys, vals, 1);
+    if (c == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    double deadline = mono_now() + CONNECT_TIMEOUT;
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+    while (PQstatus(c) != CONNECTION_BAD && st != PGRES_POLLING_OK &&
+           st != PGRES_POLLING_FAILED) {
+        if (stopping(mt) || mono_now() >= deadline) {
+            snprintf(err, errlen, stopping(mt) ? "stopping" : "connection timed out");
+            PQfinish(c);
+            return -1;
+        }
+        struct pollfd pfd = {.fd = PQsocket(c),
+                             .events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT};
+        int n = poll(&pfd, 1, 100);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n > 0)
+            st = PQconnectPoll(c);
+    }
+    if (PQstatus(c) != CONNECTION_OK) {
+        snprintf(err, errlen, "%s", PQerrorMessage(c));
+        one_line(err);
+        PQfinish(c);
+        return -1;
+    }
+    mt->conn = c;
+    pthread_mutex_lock(&mt->mu);
+    mt->cancel = PQgetCancel(c);
+    pthread_mutex_unlock(&mt->mu);
+    return 0;
+}
+
+/* Runs a query expected to return rows; logs and returns NULL on failure. */
+static PGresult *query(struct maint *mt, const char *what, const char *sql, int nparams,
+                       const char *const *params)
+{
+    PGresult *res = PQexecParams(mt->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        return res;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", PQerrorMessage(mt->conn));
+    one_line(msg);
+    if (!stopping(mt))
+        log_warn("maintenance: %s failed: %s", what, msg);
+    PQclear(res);
+    return NULL;
+}
+
+/* The slot's lag, WAL status and safe size, and the table's row estimate,
+ * into metrics. */
+static void poll_slot(struct maint *mt)
+{
+    const char *p1[] = {mt->cfg->slot};
+    PGresult *res = query(mt, "polling the slot",
+                          "SELECT wal_status, safe_wal_size, "
+                          "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                          "FROM pg_replication_slots WHERE slot_name = $1",
+                          1, p1);
+    if (res == NULL)
+        return;
+    if (PQntuples(res) == 0) {
+        metrics_set_slot(mt->m, -1, NULL, -1);
+    } else {
+        const char *status = PQgetisnull(res, 0, 0) ? "" : PQgetvalue(res, 0, 0);
+        int64_t safe = PQgetisnull(res, 0, 1) ? -1 : atoll(PQgetvalue(res, 0, 1));
+        int64_t lag = PQgetisnull(res, 0, 2) ? -1 : atoll(PQgetvalue(res, 0, 2));
+        metrics_set_slot(mt->m, lag, status, safe);
+    }
+    PQclear(res);
+
+    /* reltuples is -1 until the first VACUUM/ANALYZE: unknown, not 0. */
+    const char *p2[] = {mt->qtable};
+    res = query(mt, "estimating the table's rows",
+                "SELECT CASE WHEN bool_and(c.reltuples < 0) THEN -1 "
+                "ELSE sum(greatest(c.reltuples, 0)) END::bigint "
+                "FROM pg_partition_tree(to_regclass($1)) t JOIN pg_class c ON c.oid = t.relid "
+                "WHERE t.isleaf",
+                1, p2);
+    if (res == NULL)
+        return;
+    metrics_set_table_rows(mt->m, PQgetisnull(res, 0, 0) ? -1 : atoll(PQgetvalue(res, 0, 0)));
+    PQclear(res);
+}
+
+static void heartbeat(struct maint *mt)
+{
+    const char *p[] = {MAINT_HEARTBEAT_PREFIX};
+    PGresult *res = query(mt, "heartbeat", "SELECT pg_logical_emit_message(false, $1, '')", 1, p);
+    if (res == NULL && PQstatus(mt->conn) == CONNECTION_OK && !stopping(mt)) {
+        /* Not a lost connection: permissions, a read-only server. It will
+         * not get better by itself; say so once. */
+        log_warn("maintenance: heartbeat turned off (grant EXECUTE on "
+                 "pg_logical_emit_message, or run on the primary)");
+        mt->heartbeat_off = true;
+    }
+    PQclear(res);
+}
+
+/* Does whichever of poll and heartbeat is due. Inside a transaction (the
+ * reaper's), each runs under a savepoint so a failure cannot abort it. */
+static void run_due(struct maint *mt)
+{
+    double now = mono_now();
+    bool poll_due = now >= mt->next_poll;
+    bool hb_due = mt->cfg->heartbeat_interval > 0 && !mt->heartbeat_off &&
+                  now >= mt->next_heartbeat;
+    if ((!poll_due && !hb_due) || mt->conn == NULL || PQstatus(mt->conn) != CONNECTION_OK)
+        return;
+    PGTransactionStatusType ts = PQtransactionStatus(mt->conn);
+    if (ts != PQTRANS_IDLE && ts != PQTRANS_INTRANS)
+        return;
+    bool in_tx = ts == PQTRANS_INTRANS;
+    if (in_tx)
+        PQclear(PQexec(mt->conn, "SAVEPOINT outbox_relay_maint"));
+    if (hb_due) {
+        heartbeat(mt);
+        mt->next_heartbeat += mt->cfg->heartbeat_interval;
+        if (mt->next_heartbeat < now)
+            mt->next_heartbeat = now + mt->cfg->heartbeat_interval;
+    }
+    if (poll_due) {
+        poll_slot(mt);
+        mt->next_poll = now + MAINT_POLL_INTERVAL;
+    }
+    if (in_tx && PQstatus(mt->conn) == CONNECTION_OK) {
+        if (PQtransactionStatus(mt->conn) == PQTRANS_INERROR)
+            PQclear(PQexec(mt->conn, "ROLLBACK TO SAVEPOINT outbox_relay_maint"));
+        PQclear(PQexec(mt->conn, "RELEASE SAVEPOINT outbox_relay_maint"));
+    }
+}
+
+static bool reaper_should_stop(void *arg)
+{
+    return stopping(arg);
+}
+
+static void reaper_tick(void *arg)
+{
+    struct maint *mt = arg;
+    if (!mt->in_tick) {
+        mt->in_tick = true;
+        run_due(mt);
+        mt->in_tick = false;
+    }
+}
+
+/* Runs the reaper once and reports; returns its enum reaper_rc. */
+static int reap(struct maint *mt)
+{
+    const struct relay_config *cfg = mt->cfg;
+    struct reaper_options ro = {.slot = cfg->slot, .table_schema = cfg->table_schema,
+                                .table_name = cfg->table_name, .retention = cfg->retention,
+                                .batch = cfg->reap_batch, .pause = cfg->reap_pause,
+                                .confirm_wait = REAPER_CONFIRM_WAIT,
+                                .should_stop = reaper_should_stop, .tick = reaper_tick,
+                                .stop_arg = mt};
+    struct reaper_result res;
+    char err[REAPER_ERRLEN];
+    int rc = reaper_run(mt->conn, &ro, &res, err, sizeof err);
+    if (res.off) {
+        log_debug("reaper: off (--retention %s)", cfg->retention);
+        return rc;
+    }
+    /* A run that failed before doing anything does not count as a run: the
+     * last-run timestamp going stale is what alerts on a reaper that keeps
+     * failing. */
+    if (rc == REAPER_OK || res.batches > 0)
+        metrics_reaped(mt->m, res.rows, res.batches, res.seconds);
+    if (res.rows > 0 || res.partitions > 0 || mt->once)
+        log_info("reaper: deleted %llu rows in %llu batches, dropped %llu partitions of %s.%s "
+                 "in %.2f s", (unsigned long long) res.rows, (unsigned long long) res.batches,
+                 (unsigned long long) res.partitions, cfg->table_schema, cfg->table_name,
+                 res.seconds);
+    else
+        log_debug("reaper: nothing to delete (%.2f s)", res.seconds);
+    if (res.held_back)
+        log_warn("reaper: kept expired rows: slot=%s confirmed " LSN_FMT " < W0 " LSN_FMT
+                 " after %.0f s, so they may not be delivered yet (Kafka down, or the relay "
+                 "stopped or behind); a later run deletes them once they are", cfg->slot,
+                 LSN_ARGS(res.confirmed), LSN_ARGS(res.w0), REAPER_CONFIRM_WAIT);
+    if (rc < 0 && !stopping(mt))
+        log_warn("%s", err);
+    return rc;
+}
+
+static void *maint_main(void *arg)
+{
+    struct maint *mt = arg;
+    const struct relay_config *cfg = mt->cfg;
+    double backoff = 0.5;
+    bool reaping = reaper_enabled(cfg->retention);
+    bool was_connected = false;
+    char err[512];
+
+    double now = mono_now();
+    mt->next_poll = now;
+    mt->next_heartbeat = now + cfg->heartbeat_interval;
+    mt->next_reap = now + cfg->reap_interval;
+    while (!stopping(mt)) {
+        if (mt->conn == NULL) {
+            if (connect_db(mt, err, sizeof err) < 0) {
+                if (stopping(mt))
+                    break;
+                now = mono_now();
+                if (was_connected || now - mt->last_conn_warn >= WARN_EVERY) {
+                    log_warn("maintenance: cannot connect to PostgreSQL: %s; retrying (slot "
+                             "lag and the reaper pause meanwhile)", err);
+                    mt->last_conn_warn = now;
+                }
+                was_connected = false;
+                sleep_until(mt, now + backoff * (0.5 + (double) rand() / RAND_MAX / 2));
+                backoff = backoff * 2 > cfg->reconnect_max ? cfg->reconnect_max : backoff * 2;
+                continue;
+            }
+            if (!was_connected)
+                log_info("maintenance: connected (slot polls every %.0f s%s%s)",
+                         MAINT_POLL_INTERVAL, reaping ? ", reaper on" : ", reaper off",
+                         cfg->heartbeat_interval > 0 ? ", heartbeat on" : "");
+            was_connected = true;
+            backoff = 0.5;
+        }
+
+        run_due(mt);
+        if (reaping && mono_now() >= mt->next_reap && PQstatus(mt->conn) == CONNECTION_OK) {
+            reap(mt);
+            mt->next_reap = mono_now() + cfg->reap_interval;
+        }
+        if (PQstatus(mt->conn) != CONNECTION_OK) {
+            if (!stopping(mt))
+                log_warn("maintenance: lost the connection to PostgreSQL; reconnecting");
+            disconnect(mt);
+            continue;
+        }
+
+        double next = mt->next_poll;
+        if (cfg->heartbeat_interval > 0 && !mt->heartbeat_off && mt->next_heartbeat < next)
+            next = mt->next_heartbeat;
+        if (reaping && mt->next_reap < next)
+            next = mt->next_reap;
+        sleep_until(mt, next);
+    }
+    if (mt->conn != NULL)
+        disconnect(mt);
+    pthread_mutex_lock(&mt->mu);
+    mt->done = true;
+    pthread_cond_broadcast(&mt->cv);
+    pthread_mutex_unlock(&mt->mu);
+    return NULL;
+}
+
+static void maint_free(struct maint *mt)
+{
+    pthread_cond_destroy(&mt->cv);
+    pthread_mutex_destroy(&mt->mu);
+    free(mt->qtable);
+    free(mt);
+}
+
+struct maint *maint_start(const struct relay_config *cfg, struct metrics *metrics, char *err,
+                          size_t errlen)
+{
+    struct maint *mt = calloc(1, sizeof *mt);
+    if (mt == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    mt->cfg = cfg;
+    mt->m = metrics;
+    atomic_init(&mt->stop, false);
+    /* Quoted for to_regclass; the parts were validated as plain
+     * identifiers by the configuration. */
+    size_t n = strlen(cfg->table_schema) + strlen(cfg->table_name) + 6;
+    mt->qtable = malloc(n);
+    if (mt->qtable != NULL)
+        snprintf(mt->qtable, n, "\"%s\".\"%s\"", cfg->table_schema, cfg->table_name);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = mt->qtable == NULL ? ENOMEM : pthread_mutex_init(&mt->mu, NULL);
+    if (rc == 0 && (rc = pthread_cond_init(&mt->cv, &ca)) != 0)
+        pthread_mutex_destroy(&mt->mu);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot set up the maintenance thread: %s", strerror(rc));
+        free(mt->qtable);
+        free(mt);
+        return NULL;
+    }
+    if ((rc = pthread_create(&mt->thread, NULL, maint_main, mt)) != 0) {
+        snprintf(err, errlen, "cannot start the maintenance thread: %s", strerror(rc));
+        maint_free(mt);
+        return NULL;
+    }
+    return mt;
+}
+
+bool maint_stop(struct maint *mt, double timeout)
+{
+    if (mt == NULL)
+        return true;
+    pthread_mutex_lock(&mt->mu);
+    atomic_store(&mt->stop, true);
+    if (mt->cancel != NULL) {
+        char buf[256];
+        PQcancel(mt->cancel, buf, sizeof buf); /* a query in progress ends now */
+    }
+    pthread_cond_broadcast(&mt->cv);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t) timeout;
+    ts.tv_nsec += (long) ((timeout - (double) (time_t) timeout) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    while (!mt->done)
+        if (pthread_cond_timedwait(&mt->cv, &mt->mu, &ts) == ETIMEDOUT)
+            break;
+    bool done = mt->done;
+    pthread_mutex_unlock(&mt->mu);
+    if (!done) {
+        log_warn("maintenance thread did not stop within %.0f s; leaving it", timeout);
+        pthread_detach(mt->thread);
+        return false;
+    }
+    pthread_join(mt->thread, NULL);
+    maint_free(mt);
+    return true;
+}
+
+int maint_reap_once(const struct relay_config *cfg, volatile sig_atomic_t *stop)
+{
+    struct maint mt = {.cfg = cfg, .signal_stop = stop, .once = true};
+    char err[512];
+    int rc;
+
+    atomic_init(&mt.stop, false);
+    if (!reaper_enabled(cfg->retention)) {
+        log_info("reaper: off (--retention %s); nothing to do", cfg->retention);
+        return 0;
+    }
+    if (pthread_mutex_init(&mt.mu, NULL) != 0)
+        return 1;
+    if (connect_db(&mt, err, sizeof err) < 0) {
+        log_error("reap: cannot connect to PostgreSQL: %s", err);
+        pthread_mutex_destroy(&mt.mu);
+        return 1;
+    }
+    rc = reap(&mt);
+    disconnect(&mt);
+    pthread_mutex_destroy(&mt.mu);
+    return rc == REAPER_OK ? 0 : 1;
+}

@@ -1,0 +1,533 @@
+/*
+ * reaper.c — deletes expired, delivered outbox rows (see reaper.h for the
+ * rule and why it is exact).
+ *
+ * Everything runs on the caller's ordinary connection with blocking libpq
+ * calls; the only waits are bounded (confirm_wait per batch, lock_timeout
+ * on locks, the pause between batches) and each checks should_stop. Every
+ * transaction this file opens is committed or rolled back before it
+ * returns, so the connection always goes back idle.
+ */
+#include "outbox_relay/reaper.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "outbox_relay/log.h"
+
+#define POLL_SLICE 0.1       /* s between confirmed_flush_lsn polls */
+#define LOCK_TIMEOUT "5s"    /* waiting for a lock on the outbox or a partition */
+#define DROP_LOCK_TIMEOUT "1s" /* DROP's lock on the parent: writers queue behind it */
+#define BATCH_RETRIES 3      /* serialization failures / lock timeouts per batch */
+
+struct reap {
+    PGconn *conn;
+    const struct reaper_options *o;
+    struct reaper_result *res;
+    char *err;
+    size_t errlen;
+};
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static bool stopping(const struct reap *r)
+{
+    return r->o->should_stop != NULL && r->o->should_stop(r->o->stop_arg);
+}
+
+/* Sleeps up to seconds in short slices; false when stopped meanwhile. */
+static bool nap(const struct reap *r, double seconds)
+{
+    double end = mono_now() + seconds;
+    for (;;) {
+        if (stopping(r))
+            return false;
+        if (r->o->tick != NULL)
+            r->o->tick(r->o->stop_arg);
+        double left = end - mono_now();
+        if (left <= 0)
+            return true;
+        if (left > POLL_SLICE)
+            left = POLL_SLICE;
+        struct timespec ts = {.tv_sec = (time_t) left,
+                              .tv_nsec = (long) ((left - (double) (time_t) left) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int set_err(struct reap *r, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int set_err(struct reap *r, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, r->errlen, fmt, ap);
+    va_end(ap);
+    /* libpq messages end in a newline; one-line logs read better. */
+    size_t n = strlen(r->err);
+    while (n > 0 && (r->err[n - 1] == '\n' || r->err[n - 1] == ' '))
+        r->err[--n] = '\0';
+    for (char *p = r->err; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    return rc;
+}
+
+/* SQLSTATEs a later retry can cure: serialization failure, deadlock, lock
+ * timeout, statement cancelled (e.g. by shutdown). */
+static bool transient(const PGresult *res)
+{
+    const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    return st != NULL && (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0 ||
+                          strcmp(st, "55P03") == 0 || strcmp(st, "57014") == 0);
+}
+
+/* Runs sql with text parameters. Returns the result (caller clears) when
+ * its status is `want`; otherwise NULL, with err set and *rc the class of
+ * the failure (REAPER_RETRY for a lost connection or a transient error,
+ * REAPER_FATAL otherwise). */
+static PGresult *run(struct reap *r, ExecStatusType want, int *rc, const char *what,
+                     const char *sql, int nparams, const char *const *params)
+{
+    PGresult *res = PQexecParams(r->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) == want)
+        return res;
+    bool lost = PQstatus(r->conn) != CONNECTION_OK;
+    *rc = lost || transient(res) ? REAPER_RETRY : REAPER_FATAL;
+    set_err(r, *rc, "reaper: %s failed: %s", what,
+            lost ? "connection lost" : PQerrorMessage(r->conn));
+    PQclear(res);
+    return NULL;
+}
+
+static int command(struct reap *r, const char *what, const char *sql)
+{
+    int rc = REAPER_OK;
+    PGresult *res = run(r, PGRES_COMMAND_OK, &rc, what, sql, 0, NULL);
+    PQclear(res);
+    return res ? REAPER_OK : rc;
+}
+
+static void rollback(struct reap *r)
+{
+    if (PQstatus(r->conn) == CONNECTION_OK &&
+        PQtransactionStatus(r->conn) != PQTRANS_IDLE)
+        PQclear(PQexec(r->conn, "ROLLBACK"));
+}
+
+/* "schema"."name", quoted by libpq; malloc'ed, NULL on OOM. */
+static char *quote_qualified(PGconn *conn, const char *schema, const char *name)
+{
+    char *qs = PQescapeIdentifier(conn, schema, strlen(schema));
+    char *qn = PQescapeIdentifier(conn, name, strlen(name));
+    char *out = NULL;
+    if (qs && qn) {
+        size_t n = strlen(qs) + strlen(qn) + 2;
+        out = malloc(n);
+        if (out)
+            snprintf(out, n, "%s.%s", qs, qn);
+    }
+    PQfreemem(qs);
+    PQfreemem(qn);
+    return out;
+}
+
+/* The slot's confirmed_flush_lsn into *out. Returns 0, or a negative
+ * reaper_rc: no such slot (RETRY: the relayer creates it on first start),
+ * a slot without a confirmed position (FATAL: physical slot). */
+static int slot_confirmed(struct reap *r, lsn_t *out)
+{
+    const char *params[] = {r->o->slot};
+    int rc = REAPER_OK;
+    PGresult *res = run(r, PGRES_TUPLES_OK, &rc, "reading the slot",
+                        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                        "WHERE slot_name = $1",
+                        1, params);
+    if (res == NULL)
+        return rc;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return set_err(r, REAPER_RETRY, "reaper: slot %s does not exist; without it nothing "
+                       "can be proven delivered, so every row is kept", r->o->slot);
+    }
+    const char *v = PQgetvalue(res, 0, 0);
+    if (PQgetisnull(res, 0, 0) || lsn_parse(v, strlen(v), out) < 0) {
+        PQclear(res);
+        return set_err(r, REAPER_FATAL, "reaper: slot %s has no confirmed_flush_lsn (not a "
+                       "logical slot?)", r->o->slot);
+    }
+    PQclear(res);
+    return 0;
+}
+
+/* Step 2 of the rule: polls the slot until confirmed_flush_lsn >= w0.
+ * Returns 1 when it is, 0 when confirm_wait ran out or a stop was asked
+ * (res->held_back set), negative on error. */
+static int wait_confirmed(struct reap *r, lsn_t w0)
+{
+    double deadline = mono_now() + r->o->confirm_wait;
+    lsn_t confirmed = 0;
+    for (;;) {
+        int rc = slot_confirmed(r, &confirmed);
+        if (rc < 0)
+            return rc;
+        if (confirmed >= w0)
+            return 1;
+        if (mono_now() >= deadline || !nap(r, POLL_SLICE))
+            break;
+    }
+    r->res->held_back = !stopping(r);
+    r->res->w0 = w0;
+    r->res->confirmed = confirmed;
+    return 0;
+}
+
+/* Parses an LSN from column 0 of res row 0 into *out. */
+static int result_lsn(struct reap *r, PGresult *res, lsn_t *out)
+{
+    const char *v = PQgetvalue(res, 0, 0);
+    if (PQntuples(res) != 1 || lsn_parse(v, strlen(v), out) < 0)
+        return set_err(r, REAPER_FATAL, "reaper: unexpected WAL position \"%s\"", v);
+    return 0;
+}
+
+/* One batch on `table` (quoted). partitioned: the table is partitioned (but
+ * not by range on created_at), so ctid alone does not name a row.
+ * Returns the rows deleted (>= 0), -100 when held back or stopping, or a
+ * negative reaper_rc. */
+#define BATCH_HELD (-100)
+
+static long reap_batch(struct reap *r, const char *table, bool partitioned)
+{
+    char sql[1024], batch[32];
+    const char *params[] = {r->o->retention, batch};
+    int rc = REAPER_OK;
+    long deleted = -1;
+    lsn_t w0;
+
+    snprintf(batch, sizeof batch, "%ld", r->o->batch);
+    if ((rc = command(r, "BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ")) < 0)
+        return rc;
+
+    /* Step 1: W0, in the statement that takes the snapshot. The EXISTS
+     * lets an idle run end without waiting for the slot. */
+    snprintf(sql, sizeof sql,
+             "SELECT pg_current_wal_insert_lsn()::text, EXISTS (SELECT 1 FROM %s "
+             "WHERE created_at < now() - $1::interval)", table);
+    PGresult *res = run(r, PGRES_TUPLES_OK, &rc, "reading W0", sql, 1, params);
+    if (res == NULL)
+        goto done;
+    if ((rc = result_lsn(r, res, &w0)) < 0) {
+        PQclear(res);
+        goto done;
+    }
+    bool any = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    PQclear(res);
+    if (!any) {
+        deleted = 0;
+        goto done;
+    }
+
+    /* Step 2. */
+    rc = wait_confirmed(r, w0);
+    if (rc <= 0) {
+        deleted = rc == 0 ? BATCH_HELD : rc;
+        goto done;
+    }
+
+    /* Step 3. */
+    if ((rc = command(r, "SET lock_timeout", "SET LOCAL lock_timeout = '" LOCK_TIMEOUT "'")) < 0)
+        goto done;
+    if (partitioned)
+        snprintf(sql, sizeof sql,
+                 "DELETE FROM %s AS o USING (SELECT tableoid AS toid, ctid AS tid FROM %s "
+                 "WHERE created_at < now() - $1::interval ORDER BY created_at LIMIT $2::bigint) "
+                 "AS x WHERE o.tableoid = x.toid AND o.ctid = x.tid", table, table);
+    else
+        snprintf(sql, sizeof sql,
+                 "DELETE FROM %s WHERE ctid = ANY (ARRAY (SELECT ctid FROM %s "
+                 "WHERE created_at < now() - $1::interval ORDER BY created_at "
+                 "LIMIT $2::bigint))", table, table);
+    res = run(r, PGRES_COMMAND_OK, &rc, "DELETE", sql, 2, params);
+    if (res == NULL)
+        goto done;
+    long n = atol(PQcmdTuples(res));
+    PQclear(res);
+    if ((rc = command(r, "COMMIT", "COMMIT")) < 0)
+        goto done;
+    log_debug("reaper: deleted %ld rows from %s (W0 " LSN_FMT " confirmed)", n, table,
+              LSN_ARGS(w0));
+    return n;
+
+done:
+    rollback(r);
+    return deleted >= 0 || deleted == BATCH_HELD ? deleted : rc;
+}
+
+/* Deletes expired rows of `table` batch by batch until a short batch. */
+static int reap_rows(struct reap *r, const char *table, bool partitioned)
+{
+    int retries = 0;
+    for (;;) {
+        if (stopping(r))
+            return REAPER_OK;
+        long n = reap_batch(r, table, partitioned);
+        if (n == BATCH_HELD)
+            return REAPER_OK;
+        if (n == REAPER_RETRY && PQstatus(r->conn) == CONNECTION_OK &&
+            retries++ < BATCH_RETRIES) {
+            log_debug("%s; retrying the batch", r->err);
+            if (!nap(r, r->o->pause > 0.5 ? r->o->pause : 0.5))
+                return REAPER_OK;
+            continue;
+        }
+        if (n < 0)
+            return (int) n;
+        retries = 0;
+        if (n > 0) {
+            r->res->rows += (uint64_t) n;
+            r->res->batches++;
+        }
+        if (n < r->o->batch)
+            return REAPER_OK;
+        if (!nap(r, r->o->pause))
+            return REAPER_OK;
+    }
+}
+
+/* Drops one expired partition (qpart, quoted) of the table whose oid is
+ * parent_oid. Returns 1 dropped, 0 held back / skipped, or a negative
+ * reaper_rc. */
+static int drop_partition(struct reap *r, const char *qpart, const char *parent_oid,
+                          long long est_rows)
+{
+    char sql[600];
+    int rc;
+    lsn_t w0;
+
+    if ((rc = command(r, "BEGIN", "BEGIN")) < 0)
+        return rc;
+    if ((rc = command(r, "SET lock_timeout", "SET LOCAL lock_timeout = '" LOCK_TIMEOUT "'")) < 0)
+        goto fail;
+    /* Waits for every transaction that inserted into it to end; keeps new
+     * ones out until we commit. */
+    snprintf(sql, sizeof sql, "LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", qpart);
+    if ((rc = command(r, "LOCK partition", sql)) < 0)
+        goto fail;
+    const char *p1[] = {qpart, parent_oid};
+    PGresult *res = run(r, PGRES_TUPLES_OK, &rc, "reading W0",
+                        "SELECT pg_current_wal_insert_lsn()::text, EXISTS (SELECT 1 FROM "
+                        "pg_inherits WHERE inhrelid = $1::regclass AND inhparent = $2::oid)",
+                        2, p1);
+    if (res == NULL)
+        goto fail;
+    if ((rc = result_lsn(r, res, &w0)) < 0) {
+        PQclear(res);
+        goto fail;
+    }
+    bool still_ours = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    PQclear(res);
+    if (!still_ours) { /* detached meanwhile by someone else: not ours to drop */
+        rc = 0;
+        goto fail;
+    }
+    rc = wait_confirmed(r, w0);
+    if (rc <= 0)
+        goto fail;
+    if ((rc = command(r, "SET lock_timeout",
+                      "SET LOCAL lock_timeout = '" DROP_LOCK_TIMEOUT "'")) < 0)
+        goto fail;
+    snprintf(sql, sizeof sql, "DROP TABLE %s", qpart);
+    if ((rc = command(r, "DROP partition", sql)) < 0)
+        goto fail;
+    if ((rc = command(r, "COMMIT", "COMMIT")) < 0)
+        goto fail;
+    log_info("reaper: dropped expired partition %s (about %lld rows; W0 " LSN_FMT
+             " confirmed)", qpart, est_rows, LSN_ARGS(w0));
+    r->res->partitions++;
+    r->res->batches++;
+    r->res->rows += (uint64_t) (est_rows > 0 ? est_rows : 0);
+    return 1;
+fail:
+    rollback(r);
+    return rc;
+}
+
+/* Drops every partition of parent_oid whose upper bound is at or before
+ * now() - retention, oldest first. default_oid ("0" when none) is never
+ * dropped. */
+static int drop_expired_partitions(struct reap *r, const char *parent_oid,
+                                   const char *default_oid)
+{
+    const char *params[] = {parent_oid, r->o->retention, default_oid};
+    int rc = REAPER_OK;
+    /* The upper bound as PostgreSQL prints it: FOR VALUES FROM ('…') TO
+     * ('…'); MAXVALUE and DEFAULT do not match and are never dropped. */
+    PGresult *res = run(r, PGRES_TUPLES_OK, &rc, "listing partitions",
+                        "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), "
+                        "greatest(c.reltuples, 0)::bigint, b.upper "
+                        "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                        "JOIN pg_namespace n ON n.oid = c.relnamespace, "
+                        "LATERAL (SELECT substring(pg_get_expr(c.relpartbound, c.oid) "
+                        "FROM 'TO \\(''([^'']*)''\\)')::timestamptz AS upper) b "
+                        "WHERE i.inhparent = $1::oid AND c.oid <> $3::oid "
+                        "AND b.upper <= now() - $2::interval ORDER BY b.upper",
+                        3, params);
+    if (res == NULL)
+        return rc;
+    for (int i = 0; i < PQntuples(res) && !stopping(r); i++) {
+        rc = drop_partition(r, PQgetvalue(res, i, 0), parent_oid,
+                            atoll(PQgetvalue(res, i, 1)));
+        if (rc == 0 && r->res->held_back)
+            break; /* the slot is behind: later partitions would wait just the same */
+        if (rc == REAPER_RETRY && PQstatus(r->conn) == CONNECTION_OK) {
+            log_warn("%s; trying partition %s again next run", r->err, PQgetvalue(res, i, 0));
+            rc = REAPER_OK;
+            continue;
+        }
+        if (rc < 0)
+            break;
+        rc = REAPER_OK;
+        if (!nap(r, r->o->pause))
+            break;
+    }
+    PQclear(res);
+    return rc < 0 ? rc : REAPER_OK;
+}
+
+bool reaper_enabled(const char *retention)
+{
+    if (retention == NULL)
+        return false;
+    while (isspace((unsigned char) *retention))
+        retention++;
+    return *retention != '\0' && strcmp(retention, "0") != 0;
+}
+
+int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_result *res,
+               char *err, size_t errlen)
+{
+    struct reap r = {.conn = conn, .o = opts, .res = res, .err = err, .errlen = errlen};
+    double started = mono_now();
+    char *qtable = NULL, *qdefault = NULL;
+    int rc = REAPER_OK;
+    PGresult *pr = NULL;
+
+    memset(res, 0, sizeof *res);
+    err[0] = '\0';
+    if (!reaper_enabled(opts->retention)) {
+        res->off = true;
+        return REAPER_OK;
+    }
+    if (PQstatus(conn) != CONNECTION_OK)
+        return set_err(&r, REAPER_RETRY, "reaper: not connected to PostgreSQL");
+
+    /* The retention must be an interval; <= 0 turns the reaper off. */
+    const char *p1[] = {opts->retention};
+    pr = run(&r, PGRES_TUPLES_OK, &rc, "checking --retention",
+             "SELECT $1::interval > interval '0'", 1, p1);
+    if (pr == NULL) {
+        if (rc == REAPER_FATAL)
+            set_err(&r, rc, "reaper: --retention \"%s\" is not a PostgreSQL interval (e.g. "
+                    "\"7 days\"; 0 turns the reaper off)", opts->retention);
+        goto out;
+    }
+    res->off = strcmp(PQgetvalue(pr, 0, 0), "t") != 0;
+    PQclear(pr);
+    if (res->off)
+        goto out;
+
+    /* The slot must belong to this database: its position says nothing
+     * about another database's outbox. */
+    const char *p2[] = {opts->slot};
+    pr = run(&r, PGRES_TUPLES_OK, &rc, "checking the slot",
+             "SELECT database IS NOT DISTINCT FROM current_database() FROM "
+             "pg_replication_slots WHERE slot_name = $1", 1, p2);
+    if (pr == NULL)
+        goto out;
+    if (PQntuples(pr) == 0) {
+        rc = set_err(&r, REAPER_RETRY, "reaper: slot %s does not exist (yet); without it "
+                     "nothing can be proven delivered, so every row is kept", opts->slot);
+        goto out;
+    }
+    if (strcmp(PQgetvalue(pr, 0, 0), "t") != 0) {
+        rc = set_err(&r, REAPER_FATAL, "reaper: slot %s belongs to another database than "
+                     "the one --dsn connects to; it cannot prove this outbox delivered",
+                     opts->slot);
+        goto out;
+    }
+    PQclear(pr);
+
+    /* What the table is: plain, range-partitioned on created_at, or
+     * partitioned some other way. */
+    const char *p3[] = {opts->table_schema, opts->table_name};
+    pr = run(&r, PGRES_TUPLES_OK, &rc, "inspecting the outbox table",
+             "SELECT c.oid, c.relkind, a.attnum IS NOT NULL, "
+             "coalesce(pt.partstrat = 'r' AND pt.partnatts = 1 AND pt.partattrs[0] = a.attnum, "
+             "false), coalesce(pt.partdefid, 0), "
+             "coalesce((SELECT quote_ident(dn.nspname) || '.' || quote_ident(d.relname) || "
+             "'|' || d.relkind::text FROM pg_class d JOIN pg_namespace dn ON dn.oid = d.relnamespace "
+             "WHERE d.oid = pt.partdefid), '') "
+             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+             "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'created_at' "
+             "AND a.attnum > 0 AND NOT a.attisdropped "
+             "LEFT JOIN pg_partitioned_table pt ON pt.partrelid = c.oid "
+             "WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+             2, p3);
+    if (pr == NULL)
+        goto out;
+    if (PQntuples(pr) == 0) {
+        rc = set_err(&r, REAPER_FATAL, "reaper: table %s.%s does not exist",
+                     opts->table_schema, opts->table_name);
+        goto out;
+    }
+    if (strcmp(PQgetvalue(pr, 0, 2), "t") != 0) {
+        rc = set_err(&r, REAPER_FATAL, "reaper: table %s.%s has no created_at column",
+                     opts->table_schema, opts->table_name);
+        goto out;
+    }
+    bool partitioned = PQgetvalue(pr, 0, 1)[0] == 'p';
+    bool by_created_at = strcmp(PQgetvalue(pr, 0, 3), "t") == 0;
+    qtable = quote_qualified(conn, opts->table_schema, opts->table_name);
+    char oid[16], defoid[16];
+    snprintf(oid, sizeof oid, "%s", PQgetvalue(pr, 0, 0));
+    snprintf(defoid, sizeof defoid, "%s", PQgetvalue(pr, 0, 4));
+    const char *def = PQgetvalue(pr, 0, 5), *bar = strrchr(def, '|');
+    bool def_partitioned = bar != NULL && bar[1] == 'p';
+    if (bar != NULL)
+        qdefault = strndup(def, (size_t) (bar - def));
+    PQclear(pr);
+    pr = NULL;
+    if (qtable == NULL || (bar != NULL && qdefault == NULL)) {
+        rc = set_err(&r, REAPER_FATAL, "out of memory");
+        goto out;
+    }
+
+    if (partitioned && by_created_at) {
+        rc = drop_expired_partitions(&r, oid, defoid);
+        /* Rows that landed in the DEFAULT partition (no partition covered
+         * them) age out row by row. */
+        if (rc == REAPER_OK && qdefault != NULL && !res->held_back && !stopping(&r))
+            rc = reap_rows(&r, qdefault, def_partitioned);
+    } else {
+        rc = reap_rows(&r, qtable, partitioned);
+    }
+
+out:
+    PQclear(pr);
+    free(qtable);
+    free(qdefault);
+    rollback(&r);
+    res->seconds = mono_now() - started;
+    return rc;
+}

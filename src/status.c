@@ -1,0 +1,222 @@
+/*
+ * status.c — `outbox-relay status` (see status.h).
+ *
+ * Two read-only queries on an ordinary connection: the slot joined with its
+ * walsender's pg_stat_replication row, then the outbox's oldest row and row
+ * estimate. Everything printed is "key value" on its own line so that
+ * scripts can grep it.
+ */
+#include "outbox_relay/status.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "outbox_relay/log.h"
+
+#define KEYW "-16"
+
+struct verdict {
+    FILE *out;
+    int unhealthy;
+};
+
+static void unhealthy(struct verdict *v, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void unhealthy(struct verdict *v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(v->out, "UNHEALTHY: ");
+    vfprintf(v->out, fmt, ap);
+    fprintf(v->out, "\n");
+    va_end(ap);
+    v->unhealthy++;
+}
+
+static void one_line(char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' '))
+        s[--n] = '\0';
+    for (; *s; s++)
+        if (*s == '\n')
+            *s = ' ';
+}
+
+static PGresult *query(PGconn *conn, const char *what, const char *sql, int nparams,
+                       const char *const *params)
+{
+    PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        return res;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", PQerrorMessage(conn));
+    one_line(msg);
+    log_error("status: %s failed: %s", what, msg);
+    PQclear(res);
+    return NULL;
+}
+
+static const char *val(PGresult *res, int col)
+{
+    return PQgetisnull(res, 0, col) ? NULL : PQgetvalue(res, 0, col);
+}
+
+/* Prints the slot part; returns -1 when the query failed. */
+static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verdict *v)
+{
+    const char *params[] = {cfg->slot};
+    PGresult *res = query(conn, "reading the slot",
+                          "SELECT s.plugin, s.database, s.database = current_database(), "
+                          "s.active, s.active_pid, s.confirmed_flush_lsn::text, "
+                          "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, "
+                          "s.wal_status, s.safe_wal_size, r.pid IS NOT NULL, "
+                          "r.sent_lsn IS NOT NULL, extract(epoch FROM r.flush_lag), "
+                          "r.flush_lsn >= r.sent_lsn "
+                          "FROM pg_replication_slots s "
+                          "LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid "
+                          "WHERE s.slot_name = $1",
+                          1, params);
+    if (res == NULL)
+        return -1;
+    FILE *out = v->out;
+    fprintf(out, "%" KEYW "s %s\n", "slot", cfg->slot);
+    if (PQntuples(res) == 0) {
+        unhealthy(v, "slot %s does not exist (the relayer creates it on first start; if it "
+                  "was dropped, events committed since are not relayed)", cfg->slot);
+        PQclear(res);
+        return 0;
+    }
+    const char *plugin = val(res, 0), *db = val(res, 1), *same_db = val(res, 2);
+    const char *active = val(res, 3), *pid = val(res, 4), *confirmed = val(res, 5);
+    const char *lag = val(res, 6), *wal_status = val(res, 7), *safe = val(res, 8);
+    bool has_walsender = strcmp(PQgetvalue(res, 0, 9), "t") == 0;
+    bool can_see = strcmp(PQgetvalue(res, 0, 10), "t") == 0;
+    const char *flush_lag = val(res, 11), *caught_up = val(res, 12);
+
+    fprintf(out, "%" KEYW "s %s\n", "plugin", plugin ? plugin : "(none: physical slot)");
+    fprintf(out, "%" KEYW "s %s\n", "database", db ? db : "-");
+    bool is_active = active && strcmp(active, "t") == 0;
+    fprintf(out, "%" KEYW "s %s\n", "active", is_active ? "yes" : "no");
+    fprintf(out, "%" KEYW "s %s\n", "active_pid", pid ? pid : "-");
+    fprintf(out, "%" KEYW "s %s\n", "confirmed_lsn", confirmed ? confirmed : "-");
+    fprintf(out, "%" KEYW "s %s\n", "lag_bytes", lag ? lag : "unknown");
+    fprintf(out, "%" KEYW "s %s\n", "wal_status", wal_status ? wal_status : "unknown");
+    fprintf(out, "%" KEYW "s %s\n", "safe_wal_size",
+            safe ? safe : "unlimited (max_slot_wal_keep_size = -1)");
+
+    /* The confirmation lag in time. */
+    double lag_s = -1;
+    const char *why_unknown = NULL;
+    if (!is_active || !has_walsender)
+        why_unknown = "no walsender: the slot is not active";
+    else if (!can_see)
+        why_unknown = "pg_stat_replication details need pg_read_all_stats";
+    else if (flush_lag != NULL)
+        lag_s = atof(flush_lag);
+    else if (caught_up && strcmp(caught_up, "t") == 0)
+        lag_s = 0; /* PostgreSQL clears the lag once the relayer is fully caught up */
+    else
+        why_unknown = "the walsender has no timing sample yet";
+    if (lag_s >= 0)
+        fprintf(out, "%" KEYW "s %.3f s (pg_stat_replication.flush_lag)\n", "confirm_lag",
+                lag_s);
+    else
+        fprintf(out, "%" KEYW "s unknown (%s)\n", "confirm_lag", why_unknown);
+
+    if (plugin == NULL)
+        unhealthy(v, "slot %s is a physical slot, not the relayer's logical slot", cfg->slot);
+    else if (same_db == NULL || strcmp(same_db, "t") != 0)
+        unhealthy(v, "slot %s belongs to database %s, not the one --dsn connects to",
+                  cfg->slot, db ? db : "?");
+    if (wal_status && strcmp(wal_status, "lost") == 0)
+        unhealthy(v, "wal_status lost: WAL the slot needs was removed; events may be lost "
+                  "(see docs/operations.md, \"slot lost\")");
+    else if (wal_status && strcmp(wal_status, "unreserved") == 0)
+        unhealthy(v, "wal_status unreserved: WAL the slot needs is past "
+                  "max_slot_wal_keep_size and goes at the next checkpoint");
+    if (!is_active)
+        unhealthy(v, "slot %s is not active: no relayer is streaming from it", cfg->slot);
+    if (lag && cfg->max_lag_bytes > 0 && atoll(lag) > cfg->max_lag_bytes)
+        unhealthy(v, "lag_bytes %s > --max-lag-bytes %ld", lag, cfg->max_lag_bytes);
+    if (lag_s >= 0 && cfg->max_age > 0 && lag_s > cfg->max_age)
+        unhealthy(v, "confirm_lag %.1f s > --max-age %.0f s", lag_s, cfg->max_age);
+    else if (lag_s < 0 && is_active && cfg->max_age > 0)
+        fprintf(out, "warning: --max-age not checked: confirmation lag unknown (%s)\n",
+                why_unknown);
+    PQclear(res);
+    return 0;
+}
+
+/* Prints the outbox part; returns -1 when the query failed. */
+static int report_table(PGconn *conn, const struct relay_config *cfg, struct verdict *v)
+{
+    char *qs = PQescapeIdentifier(conn, cfg->table_schema, strlen(cfg->table_schema));
+    char *qn = PQescapeIdentifier(conn, cfg->table_name, strlen(cfg->table_name));
+    char sql[1024];
+    int rc = -1;
+    if (qs == NULL || qn == NULL)
+        goto out;
+    /* The created_at index makes this one index probe. */
+    snprintf(sql, sizeof sql,
+             "SELECT o.created_at::text, extract(epoch FROM now() - o.created_at), "
+             "(SELECT CASE WHEN bool_and(c.reltuples < 0) THEN NULL "
+             "ELSE sum(greatest(c.reltuples, 0)) END::bigint "
+             "FROM pg_partition_tree('%s.%s'::regclass) t JOIN pg_class c ON c.oid = t.relid "
+             "WHERE t.isleaf) "
+             "FROM (SELECT 1) one LEFT JOIN LATERAL (SELECT created_at FROM %s.%s "
+             "ORDER BY created_at LIMIT 1) o ON true",
+             qs, qn, qs, qn);
+    PGresult *res = query(conn, "reading the outbox table", sql, 0, NULL);
+    if (res == NULL)
+        goto out;
+    const char *oldest = val(res, 0), *age = val(res, 1), *rows = val(res, 2);
+    fprintf(v->out, "%" KEYW "s %s.%s\n", "table", cfg->table_schema, cfg->table_name);
+    if (oldest)
+        fprintf(v->out, "%" KEYW "s %s (age %.0f s)\n", "oldest_row", oldest, atof(age));
+    else
+        fprintf(v->out, "%" KEYW "s none (the table is empty)\n", "oldest_row");
+    fprintf(v->out, "%" KEYW "s %s\n", "rows_estimate",
+            rows ? rows : "unknown (not vacuumed or analyzed yet)");
+    fprintf(v->out, "%" KEYW "s %s\n", "retention", cfg->retention);
+    PQclear(res);
+    rc = 0;
+out:
+    PQfreemem(qs);
+    PQfreemem(qn);
+    return rc;
+}
+
+int status_run(const struct relay_config *cfg, FILE *out)
+{
+    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname", NULL};
+    const char *vals[] = {"outbox-relay status", "10", cfg->dsn, NULL};
+    struct verdict v = {.out = out};
+    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", PQerrorMessage(conn));
+        one_line(msg);
+        log_error("status: cannot connect to PostgreSQL: %s", msg);
+        fprintf(out, "UNHEALTHY: cannot connect to PostgreSQL\n");
+        PQfinish(conn);
+        return 1;
+    }
+    int rc = report_slot(conn, cfg, &v);
+    if (rc == 0)
+        rc = report_table(conn, cfg, &v);
+    PQfinish(conn);
+    if (rc < 0) {
+        fprintf(out, "UNHEALTHY: could not read the slot or the table (see the log)\n");
+        return 1;
+    }
+    if (v.unhealthy == 0)
+        fprintf(out, "%" KEYW "s OK\n", "status");
+    fflush(out);
+    return v.unhealthy ? 1 : 0;
+}
