@@ -32,6 +32,7 @@
 #define TRACKER_GROUPS 4096
 #define STATUS_MIN_GAP 0.1  /* s between status updates for a moved position */
 #define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
+#define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
 #define READ_BATCH 256      /* frames between delivery-report polls */
 
 enum session_rc { SESSION_STOP = 1 };
@@ -504,7 +505,7 @@ static void finish(struct relay *r)
         log_warn("%zu deliveries still outstanding after %.0f s; their events are not "
                  "confirmed and will be sent again by the next run",
                  sink_inflight(r->sink), r->cfg->shutdown_timeout);
-    if (stream_connected(r->stream)) {
+    if (stream_streaming(r->stream)) {
         if (send_status(r, now_s()) < 0)
             log_warn("%s", stream_errstr(r->stream));
         stream_stop(r->stream, 5000);
@@ -536,8 +537,7 @@ int relay_run(struct relay *r)
             if (!waiting_logged)
                 log_info("%s", stream_errstr(r->stream));
             waiting_logged = true;
-            pause_serving(r, jitter(backoff));
-            backoff = backoff * 2 > 5 ? 5 : backoff * 2;
+            pause_serving(r, jitter(STANDBY_POLL));
             continue;
         }
         if (rc != STREAM_OK) {
@@ -594,8 +594,7 @@ int relay_run(struct relay *r)
         log_error("%s", r->errstr);
         exit_code = 1;
     }
-    if (streamed || stream_connected(r->stream))
-        finish(r);
+    finish(r);
     log_info("slot=%s lsn=" LSN_FMT ": stopped (%llu events delivered)", cfg->slot,
              LSN_ARGS(tracker_confirmed(r->tracker)),
              (unsigned long long) r->stats.events_delivered);

@@ -35,6 +35,7 @@ struct stream {
     int (*on_created)(void *ctx, const char *snapshot);
     void *on_created_ctx;
     PGconn *conn;
+    bool streaming; /* START_REPLICATION succeeded on conn */
     char *copybuf; /* last frame from PQgetCopyData, freed on the next read */
     char errstr[STREAM_ERRLEN];
 };
@@ -138,6 +139,12 @@ void stream_close(struct stream *s)
         PQfinish(s->conn);
         s->conn = NULL;
     }
+    s->streaming = false;
+}
+
+bool stream_streaming(const struct stream *s)
+{
+    return s->conn != NULL && s->streaming;
 }
 
 /* Connection failures that no retry cures: say what to change. */
@@ -440,6 +447,7 @@ static int start_replication(struct stream *s, lsn_t start)
     PGresult *res = PQexec(s->conn, cmd);
     if (PQresultStatus(res) == PGRES_COPY_BOTH) {
         PQclear(res);
+        s->streaming = true;
         return STREAM_OK;
     }
     char msg[STREAM_ERRLEN];
@@ -466,11 +474,15 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
 {
     *created = false;
     *slot_confirmed = 0;
-    int rc = connect_replication(s);
-    if (rc != STREAM_OK)
-        return rc;
-    if ((rc = check_server(s)) != STREAM_OK)
-        goto fail;
+    int rc;
+    /* A standby keeps its connection between looks at the slot, so waiting
+     * costs one query per look, not a new backend. */
+    if (s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK) {
+        if ((rc = connect_replication(s)) != STREAM_OK)
+            return rc;
+        if ((rc = check_server(s)) != STREAM_OK)
+            goto fail;
+    }
 
     enum slot_state state;
     if ((rc = check_slot(s, &state, slot_confirmed)) != STREAM_OK)
@@ -498,7 +510,8 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
     }
     return STREAM_OK;
 fail:
-    stream_close(s);
+    if (rc != STREAM_BUSY)
+        stream_close(s);
     return rc;
 }
 
@@ -582,8 +595,10 @@ int stream_send_status(struct stream *s, lsn_t write, lsn_t flush, bool reply_re
 
 void stream_stop(struct stream *s, int timeout_ms)
 {
-    if (s->conn == NULL)
+    if (!stream_streaming(s)) {
+        stream_close(s);
         return;
+    }
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (PQputCopyEnd(s->conn, NULL) > 0) {

@@ -87,6 +87,10 @@ void stream_close(struct stream *s);
 
 bool stream_connected(const struct stream *s);
 
+/* True while replication is running on the connection (not while a standby
+ * merely keeps its connection to look at the slot). */
+bool stream_streaming(const struct stream *s);
+
 /* The backend pid of the walsender, for logs; 0 when not connected. */
 int stream_backend_pid(const struct stream *s);
 
