@@ -105,18 +105,6 @@ static void set_error(struct consumer *c, const char *fmt, ...)
     va_end(ap);
 }
 
-static void failure_set(struct consumer_failure *why, const char *sqlstate, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void failure_set(struct consumer_failure *why, const char *sqlstate, const char *fmt, ...)
-{
-    va_list ap;
-    snprintf(why->sqlstate, sizeof why->sqlstate, "%s", sqlstate ? sqlstate : "");
-    va_start(ap, fmt);
-    vsnprintf(why->message, sizeof why->message, fmt, ap);
-    va_end(ap);
-}
-
 /* Copies text without a trailing newline (libpq's messages end in one). */
 static void copy_trimmed(char *dst, size_t cap, const char *src)
 {
@@ -304,6 +292,15 @@ static void pg_lost(struct consumer *c)
     c->next_connect = now_s() + jitter(c->backoff);
 }
 
+/* Server notices (WARNING: terminating connection ...) go through our log,
+ * not straight to stderr. */
+static void on_notice(void *arg, const char *message)
+{
+    char buf[CONSUMER_ERRLEN];
+    copy_trimmed(buf, sizeof buf, message);
+    log_info("postgres: %s", buf);
+}
+
 /* Connects when due. Returns 0 (connected or not yet due / failed: check
  * c->pg_ready), or -1 when on_connect failed for good (c->fatal set). */
 static int pg_connect(struct consumer *c)
@@ -313,6 +310,8 @@ static int pg_connect(struct consumer *c)
     const char *keys[] = {"dbname", "fallback_application_name", NULL};
     const char *vals[] = {c->o.dsn, "outbox-consume", NULL};
     c->pg = PQconnectdbParams(keys, vals, 1);
+    if (c->pg != NULL)
+        PQsetNoticeProcessor(c->pg, on_notice, NULL);
     struct consumer_failure why = {{0}, {0}};
     if (c->pg == NULL || PQstatus(c->pg) != CONNECTION_OK) {
         copy_trimmed(why.message, sizeof why.message,

@@ -1,0 +1,389 @@
+"""test_consumer.py — outbox-consume against a real PostgreSQL, the mock
+broker and (end to end) the real relayer.
+
+  test_applies_each_event_once         direct produce with duplicates and a
+                                       message without event_id; SIGTERM
+                                       commits what was applied
+  test_on_error_failed_records_and_goes_on
+  test_on_error_halt_stops_at_the_bad_event
+  test_bad_usage_and_bad_apply_sql     exit 2 with a message
+  test_survives_postgres_restart       the batch in flight is applied after
+                                       reconnecting, nothing skipped
+  test_orders_end_to_end_with_kills    the seed's example: producers, the
+                                       relayer and the consumer, both
+                                       SIGKILLed several times; points are
+                                       exact, each event processed once
+"""
+
+import os
+import random
+import signal
+import threading
+import time
+import uuid
+
+import psycopg2
+import pytest
+
+import harness
+
+REPO = harness.REPO_ROOT
+APPLY_POINTS = ("INSERT INTO loyalty_points(customer_id, points) "
+                "VALUES (($4->>'customer_id')::uuid, ($4->>'points')::int) "
+                "ON CONFLICT (customer_id) DO UPDATE "
+                "SET points = loyalty_points.points + EXCLUDED.points")
+
+# The mock cluster's group coordinator waits 3 s for a first join and
+# session.timeout.ms - 1 s for a dead member of the group (a SIGKILLed
+# consumer); below ~3.5 s a joining member times out while it waits.
+FAST_GROUP = ["-X", "session.timeout.ms=4000", "-X", "heartbeat.interval.ms=500",
+              "-X", "fetch.wait.max.ms=50", "-X", "topic.metadata.refresh.interval.ms=1000"]
+
+
+@pytest.fixture
+def consumer_binary(build_dir):
+    path = os.path.join(build_dir, "outbox-consume")
+    if not os.access(path, os.X_OK):
+        pytest.fail("%s does not exist: cmake --build build first" % path)
+    return path
+
+
+@pytest.fixture
+def consume(consumer_binary, tmp_path):
+    """Factory: consume(*args, env=None) starts build/outbox-consume; log in
+    <tmp>/consumer-N.log; SIGKILLed at teardown if still running."""
+    procs = []
+
+    def start(*args, env=None):
+        log = os.path.join(str(tmp_path), "consumer-%d.log" % (len(procs) + 1))
+        p = harness.Process([consumer_binary] + [str(a) for a in args], log, env=env)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.cleanup()
+
+
+@pytest.fixture
+def shop(pg):
+    """pg with the orders example loaded."""
+    with open(os.path.join(REPO, "sql", "examples", "orders.sql")) as f:
+        pg.query(f.read())
+    return pg
+
+
+def consumer_args(pg, broker, topics="order", group="loyalty", name="loyalty",
+                  apply=APPLY_POINTS, extra=(), dsn=None):
+    return (["--brokers", broker.bootstrap, "--group", group, "--topics", topics,
+             "--dsn", dsn or pg.dsn(), "--consumer", name, "--apply", apply, "--batch", "20",
+             "--batch-ms", "50"] + FAST_GROUP + list(extra))
+
+
+def committed_offsets(bootstrap, group, topic, partitions):
+    """The group's committed offsets {partition: offset} (-1001 = none)."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "enable.auto.commit": False, "log_level": 3})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def event(customer, points, event_id, typ="order.placed", payload=None):
+    """(key, value, headers) as the relayer would produce for an order."""
+    value = payload if payload is not None else \
+        '{"customer_id": "%s", "points": %d}' % (customer, points)
+    headers = [("event_type", typ.encode())]
+    if event_id is not None:
+        headers.insert(0, ("event_id", event_id.encode()))
+    return (customer.encode(), value.encode(), headers)
+
+
+def points(pg):
+    return {str(c): int(p) for c, p in pg.query("SELECT customer_id, points FROM loyalty_points")}
+
+
+def wait_points(pg, expected, timeout, proc=None):
+    def ok():
+        if proc is not None and not proc.running():
+            raise AssertionError("consumer exited (rc=%s):\n%s" % (proc.returncode,
+                                                                    proc.log_tail()))
+        return points(pg) == expected
+    try:
+        harness.wait_until(ok, timeout, interval=0.2, message="loyalty points %r" % expected)
+    except AssertionError:
+        raise AssertionError("points %r != expected %r; consumer log:\n%s"
+                             % (points(pg), expected, proc.log_tail() if proc else ""))
+
+
+def test_applies_each_event_once(shop, broker, kafka, consume):
+    pg = shop
+    broker.cmd("topic order 2")
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    msgs = [event(a, 10, "1"), event(b, 5, "2"), event(a, 10, "1"),  # "1" redelivered
+            event(a, 1, "3"), event(b, 2, None)]                        # no event_id header
+    assert kafka.produce("order", msgs) == []
+    p = consume(*consumer_args(pg, broker))
+    wait_points(pg, {a: 11, b: 7}, 30, p)
+
+    # The same events again (a relayer redelivering after a crash): skipped.
+    assert kafka.produce("order", msgs[:2]) == []
+    p.wait_for_log(r"assigned", timeout=20)
+    time.sleep(1.5)
+    assert points(pg) == {a: 11, b: 7}
+    ids = sorted(r[0] for r in pg.query(
+        "SELECT event_id FROM processed_events WHERE consumer = 'loyalty'"))
+    assert len(ids) == 4
+    assert ids[:3] == ["1", "2", "3"]
+    assert ids[3].startswith("kafka-order-") and len(ids[3].split("-")) == 4
+
+    assert p.terminate(20) == 0
+    log = p.log_text()
+    assert "events applied" in log and "PostgreSQL reconnects" in log
+    # SIGTERM committed the offsets of everything applied: 7 messages in all.
+    offs = committed_offsets(broker.bootstrap, "loyalty", "order", [0, 1])
+    assert sum(o for o in offs.values() if o >= 0) == 7, offs
+
+    # A restart reads nothing again (offsets) and applies nothing twice.
+    p2 = consume(*consumer_args(pg, broker))
+    p2.wait_for_log(r"assigned", timeout=20)
+    time.sleep(1.5)
+    assert points(pg) == {a: 11, b: 7}
+    assert p2.terminate(20) == 0
+    assert "0 events applied, 0 duplicates" in p2.log_text()
+
+
+def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume):
+    pg = shop
+    broker.cmd("topic order 1")
+    a = str(uuid.uuid4())
+    msgs = [event(a, 3, "10"),
+            event(a, 0, "11", payload='{"customer_id": "not-a-uuid", "points": 1}'),
+            event(a, 0, "12", payload="this is not json"),
+            event(a, 4, "13")]
+    assert kafka.produce("order", msgs) == []
+    p = consume(*consumer_args(pg, broker, extra=["--on-error", "failed"]))
+    wait_points(pg, {a: 7}, 30, p)
+    harness.wait_until(lambda: pg.scalar("SELECT count(*) FROM failed_events") == 2, 10,
+                       message="2 failed events")
+    rows = pg.query("SELECT event_id, topic, \"partition\", \"offset\", key, event_type, payload, "
+                    "error, sqlstate FROM failed_events WHERE consumer = 'loyalty' "
+                    "ORDER BY event_id")
+    assert [r[0] for r in rows] == ["11", "12"]
+    eid, topic, part, off, key, typ, payload, error, state = rows[0]
+    assert (topic, part, off, key, typ) == ("order", 0, 1, a, "order.placed")
+    assert payload == '{"customer_id": "not-a-uuid", "points": 1}'
+    assert "invalid input syntax for type uuid" in error and state == "22P02"
+    assert rows[1][3] == 2 and rows[1][6] == "this is not json"
+    assert "json" in rows[1][7] and rows[1][8] == "22P02"
+    # Failed events count as processed: never retried.
+    assert pg.scalar("SELECT count(*) FROM processed_events WHERE consumer = 'loyalty'") == 4
+    assert p.running()
+    log = p.log_text()
+    assert "event_id=11 topic=order partition=0 offset=1" in log
+    assert "recorded in failed_events" in log
+
+    # Later events keep flowing and the offsets move past the failed ones.
+    assert kafka.produce("order", [event(a, 5, "14")]) == []
+    wait_points(pg, {a: 12}, 20, p)
+    assert p.terminate(20) == 0
+    assert committed_offsets(broker.bootstrap, "loyalty", "order", [0]) == {0: 5}
+
+
+def test_on_error_halt_stops_at_the_bad_event(shop, broker, kafka, consume):
+    pg = shop
+    broker.cmd("topic order 1")
+    a = str(uuid.uuid4())
+    msgs = [event(a, 3, "20"), event(a, 4, "21"),
+            event(a, 0, "22", payload='{"customer_id": "%s", "points": "lots"}' % a),
+            event(a, 5, "23")]
+    assert kafka.produce("order", msgs) == []
+    p = consume(*consumer_args(pg, broker, extra=["--on-error", "halt"]))
+    assert p.wait_exit(40) == 1
+    log = p.log_text()
+    assert ("event_id=22 topic=order partition=0 offset=2 type=order.placed: apply failed: "
+            "ERROR:  invalid input syntax for type integer: \"lots\" (SQLSTATE 22P02)") in log, \
+        log
+    assert "--on-error halt" in log
+    # The two events before it are applied and committed; nothing past it.
+    assert points(pg) == {a: 7}
+    assert pg.scalar("SELECT count(*) FROM failed_events") == 0
+    assert sorted(r[0] for r in pg.query("SELECT event_id FROM processed_events")) == ["20", "21"]
+    assert committed_offsets(broker.bootstrap, "loyalty", "order", [0]) == {0: 2}
+
+    # A restart halts on it again rather than skipping it.
+    p2 = consume(*consumer_args(pg, broker, extra=["--on-error", "halt"]))
+    assert p2.wait_exit(40) == 1
+    assert "event_id=22" in p2.log_text()
+    assert points(pg) == {a: 7}
+
+
+def test_bad_usage_and_bad_apply_sql(shop, broker, consume):
+    pg = shop
+    p = consume("--brokers", broker.bootstrap, "--topics", "order")
+    assert p.wait_exit(10) == 2
+    assert "--group is required" in p.log_text()
+    p = consume(*consumer_args(pg, broker, extra=["--on-error", "sometimes"]))
+    assert p.wait_exit(10) == 2
+    assert "--on-error expects failed or halt" in p.log_text()
+    p = consume(*consumer_args(pg, broker, apply="INSERT INTO no_such_table VALUES ($4)"))
+    assert p.wait_exit(20) == 2
+    assert "--apply statement does not prepare" in p.log_text()
+    assert "no_such_table" in p.log_text()
+
+    # The DSN password never reaches the log.
+    pg.query("CREATE ROLE consumer_pw LOGIN PASSWORD 'Sekr3t-pw'")
+    p = consume(*consumer_args(pg, broker, dsn=pg.dsn(user="consumer_pw",
+                                                      password="Sekr3t-pw", dbname="nodb")))
+    p.wait_for_log(r"cannot connect to PostgreSQL", timeout=20)
+    assert p.terminate(20) == 0
+    assert "Sekr3t-pw" not in p.log_text()
+
+
+def test_survives_postgres_restart(shop, broker, kafka, consume):
+    """PostgreSQL goes away while events arrive: the consumer pauses,
+    reconnects, and applies everything exactly once."""
+    pg = shop
+    broker.cmd("topic order 2")
+    customers = [str(uuid.uuid4()) for _ in range(3)]
+    expected = {c: 0 for c in customers}
+    n = 0
+
+    def send(count):
+        nonlocal n
+        msgs = []
+        for _ in range(count):
+            n += 1
+            c = customers[n % 3]
+            expected[c] += n
+            msgs.append(event(c, n, str(n)))
+        assert kafka.produce("order", msgs) == []
+
+    send(30)
+    p = consume(*consumer_args(pg, broker))
+    wait_points(pg, dict(expected), 30, p)
+    pg.stop(mode="immediate")
+    send(30)
+    time.sleep(1)
+    pg.start()
+    p.wait_for_log(r"connected to PostgreSQL \(backend pid", timeout=40)
+    send(30)
+    wait_points(pg, dict(expected), 40, p)
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 90
+    assert p.running()
+    assert "connection" in p.log_text().lower()
+
+
+def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, consume):
+    """The seed's example under fire: 4 producer threads place orders (orders
+    row + order.placed event in one transaction, ~20 % rolled back); the
+    relayer and outbox-consume are SIGKILLed and restarted several times;
+    at the end every customer's points are exactly the sum over their
+    committed orders and processed_events holds each committed event once."""
+    pg = shop
+    t0 = time.monotonic()
+    broker.cmd("topic order 4")
+    relay_argv = relay_args + ["--status-interval", "0.5"]
+    cons_argv = consumer_args(pg, broker)
+    rel = relayer(*relay_argv)
+    rel.wait_for_log(r"streaming public\.events_outbox", timeout=30)
+    con = consume(*cons_argv)
+
+    customers = [str(uuid.uuid4()) for _ in range(12)]
+    committed, rolled_back = [], []
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors = []
+
+    def producer(seed):
+        rnd = random.Random(seed)
+        conn = psycopg2.connect(pg.dsn(), connect_timeout=10)
+        try:
+            while not stop.is_set():
+                cust = rnd.choice(customers)
+                cents = rnd.randrange(100, 10000)
+                with conn.cursor() as cur:
+                    cur.execute("SELECT place_order(%s, %s)", (cust, cents))
+                    order_id = cur.fetchone()[0]
+                if rnd.random() < 0.2:
+                    conn.rollback()
+                    with lock:
+                        rolled_back.append(order_id)
+                else:
+                    conn.commit()
+                    with lock:
+                        committed.append((order_id, cust, cents // 100))
+                time.sleep(rnd.uniform(0.005, 0.03))
+        except Exception as e:  # reported by the test thread
+            errors.append(e)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=producer, args=(i,), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+
+    # Chaos while the producers run, three rounds: once the consumer has its
+    # partitions and has applied something, SIGKILL the relayer (restart
+    # it), then SIGKILL the consumer mid-stream (restart it).
+    kills = {"relayer": 0, "consumer": 0}
+    rnd = random.Random(42)
+
+    def processed():
+        return pg.scalar("SELECT count(*) FROM processed_events")
+
+    for _ in range(3):
+        con.wait_for_log(r"assigned \d+ partition", timeout=30)
+        before = processed()
+        harness.wait_until(lambda: processed() > before, 20, interval=0.05,
+                           message="the consumer to apply events")
+        time.sleep(rnd.uniform(0.2, 0.8))
+        assert not errors, errors
+        assert rel.running(), rel.log_tail()
+        assert rel.kill() == -signal.SIGKILL
+        kills["relayer"] += 1
+        time.sleep(rnd.uniform(0.1, 0.5))
+        rel = relayer(*relay_argv)
+        time.sleep(rnd.uniform(0.3, 0.8))
+        assert con.running(), con.log_tail()
+        assert con.kill() == -signal.SIGKILL
+        kills["consumer"] += 1
+        con = consume(*cons_argv)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert not errors, errors
+    produced_at = time.monotonic() - t0
+
+    expected = {}
+    for _, cust, pts in committed:
+        expected[cust] = expected.get(cust, 0) + pts
+    expected = {c: p for c, p in expected.items()}
+    wait_points(pg, expected, 40, con)
+    converged_at = time.monotonic() - t0
+
+    # Each committed event exactly once; nothing of the rolled-back orders.
+    outbox_ids = sorted(str(r[0]) for r in pg.query(
+        "SELECT id FROM events_outbox WHERE type = 'order.placed'"))
+    assert len(outbox_ids) == len(committed)
+    processed = sorted(r[0] for r in pg.query(
+        "SELECT event_id FROM processed_events WHERE consumer = 'loyalty'"))
+    assert processed == outbox_ids
+    assert pg.scalar("SELECT count(*) FROM orders") == len(committed)
+    assert pg.scalar("SELECT count(*) FROM failed_events") == 0
+    published = kafka.read("order", timeout=3)
+    published_ids = {m.headers["event_id"] for m in published}
+    assert published_ids == set(outbox_ids)
+    rb = {str(o) for o in rolled_back}
+    assert not any(m.value and any(o in m.value for o in rb) for m in published)
+
+    assert rel.terminate(30) == 0
+    assert con.terminate(30) == 0
+    print("\n%d orders committed, %d rolled back, %d messages in Kafka (%d redelivered), "
+          "kills %s; producers done at %.1f s, points converged at %.1f s, total %.1f s"
+          % (len(committed), len(rolled_back), len(published), len(published) - len(outbox_ids),
+             kills, produced_at, converged_at, time.monotonic() - t0))
+    assert kills == {"relayer": 3, "consumer": 3}
