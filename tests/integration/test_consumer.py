@@ -387,3 +387,59 @@ def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, 
           % (len(committed), len(rolled_back), len(published), len(published) - len(outbox_ids),
              kills, produced_at, converged_at, time.monotonic() - t0))
     assert kills == {"relayer": 3, "consumer": 3}
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_rebalance_between_two_consumers(shop, broker, kafka, consume, strategy):
+    """A second consumer joins the group while events flow, then the first
+    one is stopped: every event is applied exactly once across the two."""
+    pg = shop
+    broker.cmd("topic order 4")
+    customers = [str(uuid.uuid4()) for _ in range(8)]
+    expected = {}
+    stop = threading.Event()
+    sent = []
+    errors = []
+
+    def produce():
+        n = 0
+        try:
+            while not stop.is_set():
+                batch = []
+                for _ in range(10):
+                    n += 1
+                    c = customers[n % len(customers)]
+                    expected[c] = expected.get(c, 0) + n
+                    batch.append(event(c, n, "e%d" % n))
+                errs = kafka.produce("order", batch)
+                if errs:
+                    errors.append(errs)
+                    return
+                sent.append(len(batch))
+                time.sleep(0.1)
+        except Exception as e:
+            errors.append(e)
+
+    extra = ["-X", "partition.assignment.strategy=" + strategy]
+    a = consume(*consumer_args(pg, broker, extra=extra))
+    a.wait_for_log(r"assigned 4 partition", timeout=30)
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    time.sleep(1.0)
+    b = consume(*consumer_args(pg, broker, extra=extra))
+    b.wait_for_log(r"assigned [1-9] partition", timeout=30)
+    a.wait_for_log(r"revoked", timeout=30)
+    time.sleep(1.0)
+    assert a.terminate(30) == 0
+    b.wait_for_log(r"assigned", timeout=30)
+    time.sleep(1.0)
+    stop.set()
+    t.join(30)
+    assert not errors, errors
+    total = sum(sent)
+    wait_points(pg, dict(expected), 40, b)
+    assert pg.scalar("SELECT count(*) FROM processed_events") == total
+    assert b.terminate(30) == 0
+    offs = committed_offsets(broker.bootstrap, "loyalty", "order", [0, 1, 2, 3])
+    assert sum(offs.values()) == total, offs
+    print("\n%s: %d events across a join and a leave" % (strategy, total))
