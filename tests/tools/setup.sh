@@ -5,6 +5,8 @@
 #
 #   bash tests/tools/setup.sh            # packages + build
 #   OUTBOX_SKIP_APT=1 bash tests/tools/setup.sh   # build only
+#   OUTBOX_BUILD_ONLY=1 bash tests/tools/setup.sh # only the packages the build needs
+#                                                 # (docker/Dockerfile's build stage)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,9 +15,12 @@ build=${OUTBOX_RELAY_BUILD:-$repo/build}
 packages=(
     build-essential cmake pkg-config
     libpq-dev librdkafka-dev libmicrohttpd-dev
+)
+# What the tests and the demo need on top of the build.
+[ -n "${OUTBOX_BUILD_ONLY:-}" ] || packages+=(
     postgresql-15 postgresql-15-wal2json postgresql-client-15
-    kcat procps
-    python3 python3-pytest python3-psycopg2 python3-confluent-kafka
+    kcat procps openssl
+    python3 python3-pytest python3-psycopg2 python3-confluent-kafka python3-yaml
 )
 
 if [ -z "${OUTBOX_SKIP_APT:-}" ]; then
