@@ -205,6 +205,31 @@ static char *dup_span(const void *p, size_t n)
     return s;
 }
 
+/* True when p[0..n) is valid UTF-8 without control characters: what an
+ * event id must be to be stored as text (else the message gets the
+ * kafka-<topic>-<p>-<o> id instead of poisoning the batch). */
+static bool id_text_ok(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char b = p[i];
+        size_t len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3
+                   : (b & 0xF8) == 0xF0 ? 4 : 0;
+        if (len == 0 || i + len > n || (len == 1 && (b < 0x20 || b == 0x7f)) ||
+            (len == 2 && b < 0xC2) || (len == 4 && b > 0xF4))
+            return false;
+        for (size_t k = 1; k < len; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return false;
+        if ((len == 3 && b == 0xE0 && p[i + 1] < 0xA0) ||   /* overlong */
+            (len == 3 && b == 0xED && p[i + 1] >= 0xA0) ||  /* surrogates */
+            (len == 4 && b == 0xF0 && p[i + 1] < 0x90) ||   /* overlong */
+            (len == 4 && b == 0xF4 && p[i + 1] >= 0x90))    /* > U+10FFFF */
+            return false;
+        i += len;
+    }
+    return true;
+}
+
 static void view_free(struct msg_view *v)
 {
     free(v->key);
@@ -225,7 +250,7 @@ static int view_make(struct msg_view *v, const rd_kafka_message_t *km)
     rd_kafka_message_headers(km, &hdrs);
     if (hdrs && rd_kafka_header_get_last(hdrs, "event_id", &val, &size) ==
                     RD_KAFKA_RESP_ERR_NO_ERROR &&
-        val != NULL && size > 0 && size < sizeof v->event_id && memchr(val, '\0', size) == NULL) {
+        val != NULL && size > 0 && size < sizeof v->event_id && id_text_ok(val, size)) {
         memcpy(v->event_id, val, size);
         v->event_id[size] = '\0';
     } else {
@@ -367,11 +392,12 @@ static enum apply_rc record_failed(struct consumer *c, const struct consumer_mes
     /* Probably the key or payload: keep the record without them. */
     if (exec_sql(c, ROLLBACK_TO_SQL, 0, NULL, NULL, &why) < 0)
         return own_statement_failed(c, "ROLLBACK TO SAVEPOINT", &why);
-    params[5] = NULL;
-    params[7] = NULL;
+    params[5] = NULL; /* key */
+    params[6] = NULL; /* type */
+    params[7] = NULL; /* payload */
     struct consumer_failure why2;
     if (exec_sql(c, FAILED_SQL, 10, params, NULL, &why2) == 0) {
-        log_warn("event_id=%s: key and payload not stored in failed_events: %s", m->event_id,
+        log_warn("event_id=%s: key, type and payload not stored in failed_events: %s", m->event_id,
                  why.message);
         return APPLY_OK;
     }

@@ -14,8 +14,9 @@
  * event ids are already recorded, so they are skipped.
  *
  * The event id is the message's "event_id" header (what outbox-relay sets).
- * A message without one gets "kafka-<topic>-<partition>-<offset>", which is
- * stable only while the topic is not recreated or compacted away.
+ * A message without one (or with one that is empty, longer than 255 bytes or
+ * not valid UTF-8 text) gets "kafka-<topic>-<partition>-<offset>", which is
+ * stable only while the topic is not recreated.
  *
  * A handler failure that is a data error (anything but a lost connection or
  * a transient conflict) is rolled back to the message's savepoint and then,
