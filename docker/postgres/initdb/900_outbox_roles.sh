@@ -4,9 +4,11 @@
 #   * sets the password of outbox_relay (created by sql/003_relay_role.sql:
 #     LOGIN REPLICATION, SELECT and DELETE on the outbox, nothing else);
 #   * creates outbox_consume for the demo consumer: it may record processed
-#     and failed events and update loyalty_points, nothing else;
-#   * lets outbox_relay open replication connections (the base image's
-#     "host all all all" line does not cover the "replication" database).
+#     and failed events and update loyalty_points, nothing else.
+# No pg_hba line is added: the relayer's connections (replication=database)
+# are logical replication connections, which pg_hba matches by database name
+# like ordinary ones, so the base image's "host all all all scram-sha-256"
+# admits both; a "replication" line would only cover physical replication.
 set -Eeuo pipefail
 
 : "${RELAY_DB_PASSWORD:?must be set: the password of the outbox_relay role}"
@@ -25,9 +27,3 @@ GRANT SELECT, INSERT ON public.processed_events, public.failed_events TO outbox_
 GRANT SELECT, INSERT, UPDATE ON public.loyalty_points TO outbox_consume;
 SQL
 fi
-
-# scram-sha-256 is the base image's method when POSTGRES_PASSWORD is set.
-cat >> "$PGDATA/pg_hba.conf" <<'HBA'
-# outbox-relay: logical replication (the slot) for its own role only
-host    replication     outbox_relay    all     scram-sha-256
-HBA
