@@ -1,0 +1,235 @@
+"""test_fatal.py — states the relayer must not ride out: it stops with exit 1
+and an error that says what happened and what to do, and never papers over
+them (no silent slot re-creation, nothing confirmed past an undelivered
+event). And the opposite: SIGKILL at a bad moment loses nothing.
+
+  slot dropped while in use    its walsender terminated and the slot dropped
+                               before the relayer reconnects
+  slot invalidated             max_slot_wal_keep_size = 1MB, WAL switched and
+                               checkpointed until wal_status = 'lost', with
+                               the relayer stopped and with it streaming
+                               behind a broker outage
+  fatal idempotence error      the mock broker answers a Produce request with
+                               OUT_OF_ORDER_SEQUENCE_NUMBER for a partition
+                               that already has a message from this producer:
+                               librdkafka raises ERR__FATAL (sequence
+                               desynchronization)
+  SIGKILL during an outage     events committed while the broker is down,
+                               relayer SIGKILLed, broker up, restart
+"""
+
+import re
+import signal
+import time
+import uuid
+
+import psycopg2
+import pytest
+
+import harness
+from harness import wait_until
+from test_poison import (DLQ, SLOT, Outbox, assert_not_confirmed, by_event_id, log_lines,
+                         read_ids, start_relay, wait_confirmed, wait_streaming)
+
+
+def fatal_line(r, *words):
+    """The first error line containing every word (case-insensitive)."""
+    for line in log_lines(r, "error"):
+        if all(w.lower() in line.lower() for w in words):
+            return line
+    raise AssertionError("no error line with %s; log tail:\n%s" % (words, r.log_tail()))
+
+
+def wal_status(pg):
+    return pg.scalar("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (SLOT,))
+
+
+def burn_wal_until_lost(pg, timeout=90):
+    """Writes WAL, switches segments and checkpoints until the slot is
+    invalidated (wal_status = 'lost'); returns the rounds it took."""
+    pg.query("CREATE TABLE IF NOT EXISTS public.filler (id bigserial PRIMARY KEY, v text)")
+    deadline = time.monotonic() + timeout
+    rounds = 0
+    while wal_status(pg) != "lost":
+        assert time.monotonic() < deadline, "slot not invalidated within %ds (wal_status %s)" % (
+            timeout, wal_status(pg))
+        pg.query("INSERT INTO public.filler (v) SELECT repeat('x', 1000) FROM generate_series(1, 3000)")
+        pg.query("SELECT pg_switch_wal()")
+        pg.query("CHECKPOINT")
+        rounds += 1
+    return rounds
+
+
+# --------------------------------------------------------------------------
+# the slot
+# --------------------------------------------------------------------------
+
+def test_slot_dropped_while_in_use_is_fatal(pg, broker, kafka, relayer):
+    """The slot is dropped while the relayer streams from it (its walsender
+    terminated first, as DROP needs an inactive slot): the relayer stops
+    with exit 1, says the slot was dropped and that it will not recreate
+    it, and indeed does not."""
+    r = start_relay(relayer, pg, broker)
+    ob = Outbox(pg)
+    a = ob.one("drop.before")
+    assert a.id in read_ids(kafka, "drop", a.ids)
+
+    conn = pg.connect()
+    cur = conn.cursor()
+    deadline = time.monotonic() + 30
+    attempts = 0
+    while True:
+        assert time.monotonic() < deadline, "could not drop the slot within 30 s"
+        cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (SLOT,))
+        row = cur.fetchone()
+        assert row is not None, "the slot vanished by itself"
+        attempts += 1
+        if row[0] is not None:
+            cur.execute("SELECT pg_terminate_backend(%s, 5000)", (row[0],))
+        try:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))
+            break
+        except psycopg2.Error:   # active again: the relayer reconnected first
+            continue
+
+    rc = r.wait_exit(60)
+    assert rc == 1, "expected exit 1 after the slot was dropped, got %s; log:\n%s" % (rc, r.log_tail())
+    line = fatal_line(r, SLOT, "dropped")
+    assert re.search(r"not recreat", line, re.I), "the error does not say it will not recreate " \
+                                                  "the slot: %r" % line
+    assert "created replication slot" not in r.log_text().split("streaming", 1)[1].lower(), r.log_tail()
+    time.sleep(1)
+    assert pg.slot_info(SLOT) is None, "the slot was recreated: %s" % pg.slot_info(SLOT)
+    print("slot dropped after %d attempt(s): %s" % (attempts, line))
+
+
+def _assert_invalidated_exit(r, pg):
+    rc = r.wait_exit(90)
+    assert rc == 1, "expected exit 1 on an invalidated slot, got %s; log:\n%s" % (rc, r.log_tail())
+    line = fatal_line(r, SLOT, "invalidated")
+    for w in ("lost", "drop", "max_slot_wal_keep_size"):
+        assert w.lower() in line.lower(), "the error does not say %r: %r" % (w, line)
+    info = pg.query("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (SLOT,))
+    assert info == [("lost",)], "the relayer must leave the invalidated slot alone: %s" % info
+    return line
+
+
+def test_invalidated_slot_is_fatal_on_start(pg_factory, broker, kafka, relayer):
+    """With the relayer stopped, the server removes WAL the slot still
+    needs (max_slot_wal_keep_size): the next start refuses the slot with
+    exit 1, says events may be lost and what to do, and leaves it alone."""
+    pg = pg_factory(settings={"max_slot_wal_keep_size": "1MB"}, name="keep1mb")
+    r = start_relay(relayer, pg, broker)
+    ob = Outbox(pg)
+    a = ob.one("inv.before")
+    assert a.id in read_ids(kafka, "inv", a.ids)
+    wait_confirmed(pg, a.commit_end)
+    assert r.terminate() == 0
+
+    ob.one("inv.lost")           # committed after the confirmed position
+    rounds = burn_wal_until_lost(pg)
+    r2 = start_relay(relayer, pg, broker, wait=False)
+    line = _assert_invalidated_exit(r2, pg)
+    print("invalidated after %d WAL switch(es): %s" % (rounds, line))
+
+
+def test_slot_invalidated_while_streaming_is_fatal(pg_factory, broker, kafka, relayer):
+    """The relayer streams, Kafka is down so nothing is confirmed, and the
+    server invalidates the slot under it (terminating its walsender): the
+    relayer does not reconnect forever nor recreate the slot; it stops with
+    exit 1 and the same advice."""
+    pg = pg_factory(settings={"max_slot_wal_keep_size": "1MB"}, name="keep1mb")
+    r = start_relay(relayer, pg, broker, "--shutdown-timeout", "2")
+    ob = Outbox(pg)
+    a = ob.one("inv.before")
+    assert a.id in read_ids(kafka, "inv", a.ids)
+
+    broker.cmd("down")
+    try:
+        held = ob.one("inv.held")
+        rounds = burn_wal_until_lost(pg)
+        line = _assert_invalidated_exit(r, pg)
+        c = pg.confirmed_flush_lsn(SLOT)
+        assert c is None or c < held.commit_end, "confirmed past the undelivered event"
+    finally:
+        broker.cmd("up")
+    print("invalidated while streaming after %d WAL switch(es): %s" % (rounds, line))
+
+
+# --------------------------------------------------------------------------
+# librdkafka fatal errors
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["halt", "dead-letter"])
+def test_fatal_idempotence_error_stops_without_confirming(pg, broker, kafka, relayer, policy):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER for the second message of a partition
+    is a fatal idempotent-producer error in librdkafka: the relayer stops
+    with exit 1 and an error that says "fatal" and names the Kafka error,
+    does not confirm the undelivered event (whatever --on-poison says: it
+    is not the event's fault), and a restart delivers it."""
+    r = start_relay(relayer, pg, broker, "--on-poison", policy)
+    ob = Outbox(pg)
+    agg = uuid.uuid4()           # same key, same partition: base sequence 1 next
+    a = ob.one("idem.first", agg=agg)
+    assert a.id in read_ids(kafka, "idem", a.ids)
+    wait_confirmed(pg, a.commit_end)
+
+    broker.cmd("error 0 OUT_OF_ORDER_SEQUENCE_NUMBER 1")
+    b = ob.one("idem.second", '{"second": true}', agg=agg)
+    rc = r.wait_exit(60)
+    assert rc == 1, "expected exit 1 on a fatal producer error, got %s; log:\n%s" % (rc, r.log_tail())
+    line = fatal_line(r, "fatal", "OUT_OF_ORDER_SEQUENCE_NUMBER")
+    assert_not_confirmed(pg, b, r)
+    assert b.id not in by_event_id(kafka.read("idem", timeout=2))
+    assert kafka.read(DLQ, timeout=1, wait_topic=False) == [], "a fatal error was dead-lettered"
+
+    r2 = start_relay(relayer, pg, broker)
+    got = read_ids(kafka, "idem", b.ids, timeout=60)
+    assert b.id in got, r2.log_tail()
+    wait_confirmed(pg, b.commit_end)
+    assert r2.terminate() == 0
+    print("fatal: %s" % line)
+
+
+# --------------------------------------------------------------------------
+# SIGKILL
+# --------------------------------------------------------------------------
+
+def test_sigkill_during_broker_outage_loses_nothing(pg, broker, kafka, relayer):
+    """Events committed while Kafka is down sit in librdkafka's queue when
+    the relayer is SIGKILLed; nothing was confirmed, so after the broker
+    returns a new relayer sends every one of them (and none that was rolled
+    back)."""
+    r = start_relay(relayer, pg, broker)
+    ob = Outbox(pg)
+    a = ob.one("kill.before")
+    assert a.id in read_ids(kafka, "kill", a.ids)
+    wait_confirmed(pg, a.commit_end)
+
+    broker.cmd("down")
+    committed, rolled = [], []
+    try:
+        for i in range(10):
+            committed += ob.tx([("kill.ev", '{"i": %d, "j": %d}' % (i, j)) for j in range(5)]).ids
+            rolled += ob.tx([("kill.ev", '{"rolled": %d}' % i)], commit=False).ids
+        last = ob.one("kill.last")
+        committed += last.ids
+        # the relayer has read them (received position past the last commit)
+        time.sleep(2)
+        assert_not_confirmed(pg, last, r)
+        assert r.kill() == -signal.SIGKILL
+    finally:
+        broker.cmd("up")
+    after = ob.tx([("kill.ev", '{"after": %d}' % j) for j in range(5)])
+    committed += after.ids
+
+    r2 = start_relay(relayer, pg, broker)
+    got = read_ids(kafka, "kill", committed, timeout=90)
+    missing = set(committed) - set(got)
+    assert not missing, "%d committed events lost: %s" % (len(missing), sorted(missing)[:10])
+    leaked = set(rolled) & set(got)
+    assert not leaked, "rolled-back events published: %s" % sorted(leaked)
+    wait_confirmed(pg, after.commit_end)
+    assert r2.terminate() == 0
+    print("sigkill during outage: %d events, %d rolled back, %d copies read"
+          % (len(committed), len(rolled), sum(len(v) for v in got.values())))
