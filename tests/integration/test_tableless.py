@@ -6,6 +6,8 @@ outbox-relay from the same slot as table events.
       committed messages arrive with the topic, key and headers of a table
       event and event_id "m-<LSN>"; rolled-back ones, non-transactional ones
       and other prefixes never do
+  test_undecodable_envelope_is_poison
+      a message with our prefix that is not an envelope: halt, or dead-letter
   test_message_prefix_option
       --message-prefix picks the prefix; "" turns messages off
   test_event_id_is_stable_across_redelivery
@@ -74,6 +76,14 @@ def test_committed_messages_arrive_like_table_events(pg, broker, kafka, relayer,
     emit_message(cur, a1, "shipment.sent", {"n": "rolled-back-1"})
     emit_row(cur, a1, "shipment.sent", {"n": "rolled-back-2"})
     conn.rollback()
+    # Rolled back to a savepoint inside a committed transaction: only what
+    # survived the savepoint is published (here: a message without key).
+    cur.execute("SAVEPOINT s")
+    emit_message(cur, a1, "shipment.sent", {"n": "rolled-back-3"})
+    emit_row(cur, a1, "shipment.sent", {"n": "rolled-back-4"})
+    cur.execute("ROLLBACK TO SAVEPOINT s")
+    l6 = emit_message(cur, None, "shipment.sent", {"n": 6})
+    conn.commit()
     # Non-transactional (outside any transaction's fate) and foreign
     # prefixes: ignored.
     conn.autocommit = True
@@ -88,11 +98,11 @@ def test_committed_messages_arrive_like_table_events(pg, broker, kafka, relayer,
     l5 = emit_message(cur, a1, "shipment.sent", {"n": 5})
     conn.commit()
 
-    got = kafka.read("shipment", expected=5, timeout=30)
+    got = kafka.read("shipment", expected=6, timeout=30)
     time.sleep(1.0)
     got = kafka.read("shipment", timeout=3)
     values = [json.loads(m.value) for m in got]
-    assert sorted(v["n"] for v in values) == [1, 2, 3, 4, 5], values
+    assert sorted(v["n"] for v in values) == [1, 2, 3, 4, 5, 6], values
 
     by_n = {json.loads(m.value)["n"]: m for m in got}
     assert by_n[1].headers["event_id"] == m_id(l1)
@@ -100,6 +110,9 @@ def test_committed_messages_arrive_like_table_events(pg, broker, kafka, relayer,
     assert by_n[3].headers["event_id"] == row
     assert by_n[4].headers["event_id"] == m_id(l3)
     assert by_n[5].headers["event_id"] == m_id(l5)
+    assert by_n[6].headers["event_id"] == m_id(l6)
+    assert by_n[6].key is None  # aggregate_id null: no key
+    del by_n[6]
     assert json.loads(by_n[1].value) == {"n": 1, "s": "é\"\\\n", "nested": [1, {"x": None}]}
     for n, m in by_n.items():
         assert m.topic == "shipment"
@@ -113,11 +126,38 @@ def test_committed_messages_arrive_like_table_events(pg, broker, kafka, relayer,
 
     # Nothing was written to the outbox table by the messages.
     assert pg.scalar("SELECT count(*) FROM events_outbox") == 1
+    assert len(got) == 6
     # And the slot moves past them.
     end = pg.current_wal_lsn()
     harness.wait_until(lambda: pg.confirmed_flush_lsn() >= harness.lsn_to_int(l5), 15,
                        message="the slot to confirm the messages")
     assert end > 0
+    assert rel.terminate(30) == 0
+
+
+def test_undecodable_envelope_is_poison(pg, broker, kafka, relayer, relay_args):
+    """A transactional message with our prefix whose content is not an
+    envelope cannot be routed: the relayer halts, naming its LSN, and
+    confirms nothing past it; with --on-poison dead-letter it goes to the
+    dead-letter topic and the stream goes on."""
+    rel = start_relayer(relayer, relay_args)
+    conn = pg.connect()
+    cur = conn.cursor()
+    cur.execute("SELECT pg_logical_emit_message(true, 'outbox', 'not an envelope')")
+    bad = cur.fetchone()[0]
+    assert rel.wait_exit(30) == 1
+    assert "undecodable outbox change" in rel.log_text()
+    assert harness.int_to_lsn(harness.lsn_to_int(bad)) in rel.log_text()
+    assert pg.confirmed_flush_lsn() <= harness.lsn_to_int(bad)
+
+    rel = start_relayer(relayer, relay_args, "--on-poison", "dead-letter")
+    good = emit_message(cur, ENV_AGG % 6, "label.printed", {"n": 1})
+    got = kafka.read("label", expected=1, timeout=30)
+    assert [m.headers["event_id"] for m in got] == [m_id(good)]
+    dead = kafka.read("outbox.dead-letter", expected=1, timeout=30)
+    # The dead letter carries the undecodable change as wal2json gave it.
+    assert len(dead) == 1 and json.loads(dead[0].value)["content"] == "not an envelope"
+    assert "envelope" in dead[0].headers.get("error", "")
     assert rel.terminate(30) == 0
 
 
