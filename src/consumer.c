@@ -704,8 +704,11 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         bool affected = !coop;
         for (size_t i = 0; i < c->nbatch && !affected; i++)
             affected = in_list(parts, c->batch[i]);
-        if (affected && c->nbatch > 0 && !c->halted && !c->fatal)
+        if (affected && c->nbatch > 0 && !c->halted && !c->fatal) {
+            log_info("finishing the batch in progress (%zu messages) before giving the "
+                     "partitions up", c->nbatch);
             process_batch(c);
+        }
         if (affected && c->nbatch > 0) {
             /* Could not apply: keep what belongs to partitions we still own
              * (cooperative), drop the rest; no offset is committed for it. */

@@ -9,6 +9,9 @@ broker and (end to end) the real relayer.
   test_bad_usage_and_bad_apply_sql     exit 2 with a message
   test_survives_postgres_restart       the batch in flight is applied after
                                        reconnecting, nothing skipped
+  test_survives_broker_outage          brokers down past the session timeout
+  test_rebalance_between_two_consumers a join and a leave, eager and
+                                       cooperative: nothing applied twice
   test_orders_end_to_end_with_kills    the seed's example: producers, the
                                        relayer and the consumer, both
                                        SIGKILLed several times; points are
@@ -37,7 +40,8 @@ APPLY_POINTS = ("INSERT INTO loyalty_points(customer_id, points) "
 # session.timeout.ms - 1 s for a dead member of the group (a SIGKILLed
 # consumer); below ~3.5 s a joining member times out while it waits.
 FAST_GROUP = ["-X", "session.timeout.ms=4000", "-X", "heartbeat.interval.ms=500",
-              "-X", "fetch.wait.max.ms=50", "-X", "topic.metadata.refresh.interval.ms=1000"]
+              "-X", "fetch.wait.max.ms=50", "-X", "topic.metadata.refresh.interval.ms=1000",
+              "-X", "reconnect.backoff.max.ms=1000"]
 
 
 @pytest.fixture
@@ -278,6 +282,27 @@ def test_survives_postgres_restart(shop, broker, kafka, consume):
     assert pg.scalar("SELECT count(*) FROM processed_events") == 90
     assert p.running()
     assert "connection" in p.log_text().lower()
+
+
+def test_survives_broker_outage(shop, broker, kafka, consume):
+    """All brokers down for longer than the session timeout: the consumer
+    keeps polling, rejoins when they are back, and nothing is lost or applied
+    twice."""
+    pg = shop
+    broker.cmd("topic order 2")
+    c = str(uuid.uuid4())
+    assert kafka.produce("order", [event(c, i, "a%d" % i) for i in range(1, 21)]) == []
+    p = consume(*consumer_args(pg, broker))
+    wait_points(pg, {c: 210}, 30, p)
+    broker.cmd("down")
+    time.sleep(6)
+    assert p.running(), p.log_tail()
+    broker.cmd("up")
+    assert kafka.produce("order", [event(c, i, "a%d" % i) for i in range(15, 31)]) == []
+    wait_points(pg, {c: sum(range(1, 31))}, 40, p)
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 30
+    assert "brokers are down" in p.log_text() or "Disconnected" in p.log_text()
+    assert p.terminate(30) == 0
 
 
 def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, consume):
