@@ -452,8 +452,10 @@ int config_expand_topic(const char *tmpl, const char *type, size_t type_len, cha
         } else if (*p == '{' && strncmp(p, "{prefix}", 8) == 0) {
             src = type, len = prefix_len, p += 7;
         }
-        if (n + len >= cap)
+        if (n + len >= cap) {
+            out[n] = '\0';
             return -1;
+        }
         memcpy(out + n, src, len);
         n += len;
     }

@@ -84,12 +84,12 @@ static void set_fatal(struct relay *r, const char *fmt, ...)
 
 /* Sends a poison event to the dead-letter topic under the same token, so
  * that its delivery report acks the original event. Returns 0 or -1. */
-static int dead_letter(struct relay *r, uint64_t token, const char *event_id, const char *type,
-                       const char *topic, const char *key, size_t key_len, const char *value,
-                       size_t value_len, const char *error)
+static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const char *event_id,
+                       const char *type, const char *topic, const char *key, size_t key_len,
+                       const char *value, size_t value_len, const char *error)
 {
     char lsn[32];
-    snprintf(lsn, sizeof lsn, LSN_FMT, LSN_ARGS(tracker_token_lsn(r->tracker, token)));
+    snprintf(lsn, sizeof lsn, LSN_FMT, LSN_ARGS(event_lsn));
     char aggregate[128];
     snprintf(aggregate, sizeof aggregate, "%.*s", (int) key_len, key ? key : "");
     const char *headers[] = {"event_id",       event_id, "event_type", type,
@@ -115,6 +115,15 @@ static int dead_letter(struct relay *r, uint64_t token, const char *event_id, co
     return 0;
 }
 
+/* The position to name for a reported event: its transaction's commit
+ * end once that is known, else (the transaction is still being read) the
+ * position reached inside it. */
+static lsn_t report_lsn(const struct relay *r, uint64_t token)
+{
+    lsn_t lsn = tracker_token_lsn(r->tracker, token);
+    return lsn ? lsn : r->stats.received_lsn;
+}
+
 static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
 {
     struct relay *r = ctx;
@@ -131,10 +140,11 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     r->stats.delivery_errors++;
     if (r->metrics)
         metrics_delivery_error(r->metrics);
-    lsn_t lsn = tracker_token_lsn(r->tracker, token);
+    lsn_t lsn = report_lsn(r, token);
     if (r->cfg->on_poison == POISON_DEAD_LETTER && rep->poison &&
         strcmp(rep->topic, r->cfg->dead_letter_topic) != 0 &&
-        dead_letter(r, token, rep->event_id, rep->event_type, rep->topic, rep->key,
+        dead_letter(r, token, report_lsn(r, token), rep->event_id, rep->event_type, rep->topic,
+                    rep->key,
                     rep->key_len, rep->value, rep->value_len, rep->errstr) == 0)
         return;
     set_fatal(r,
@@ -297,7 +307,8 @@ static void produce_event(struct relay *r, const struct outbox_event *ev, uint64
     if (rc == SINK_POISON && r->cfg->on_poison == POISON_DEAD_LETTER) {
         char type[256];
         snprintf(type, sizeof type, "%.*s", (int) ev->type_len, ev->type ? ev->type : "");
-        if (dead_letter(r, token, ev->event_id, type, "", ev->aggregate_id,
+        if (dead_letter(r, token, ev->lsn, ev->event_id, type, sink_last_topic(r->sink),
+                        ev->aggregate_id,
                         ev->aggregate_id_len, ev->payload, ev->payload_len,
                         sink_errstr(r->sink)) == 0)
             return;
@@ -320,7 +331,8 @@ static void undecodable(struct relay *r, uint64_t token, const struct wire_msg *
     if (r->cfg->on_poison == POISON_DEAD_LETTER) {
         char id[40];
         snprintf(id, sizeof id, "lsn-" LSN_FMT, LSN_ARGS(msg->wal_start));
-        if (dead_letter(r, token, id, "", "", NULL, 0, msg->data, msg->data_len, why) == 0)
+        if (dead_letter(r, token, msg->wal_start, id, "", "", NULL, 0, msg->data, msg->data_len,
+                        why) == 0)
             return;
     }
     set_fatal(r, "slot=%s lsn=" LSN_FMT ": undecodable outbox change: %s", r->cfg->slot,

@@ -260,10 +260,12 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
 
 int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
 {
-    char topic[256];
+    char topic[256] = "";
     if (sk->fatal)
         return SINK_FATAL;
-    if (config_expand_topic(sk->cfg->topic, ev->type, ev->type_len, topic, sizeof topic) < 0) {
+    int tlen = config_expand_topic(sk->cfg->topic, ev->type, ev->type_len, topic, sizeof topic);
+    snprintf(sk->last_topic, sizeof sk->last_topic, "%s", topic);
+    if (tlen < 0) {
         snprintf(sk->errstr, sizeof sk->errstr,
                  "event_id=%s type=\"%.*s\": topic template \"%s\" gives no valid Kafka topic "
                  "name (1-249 of [A-Za-z0-9._-])", ev->event_id, (int) ev->type_len, ev->type,
@@ -302,7 +304,6 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
         return produce_err(sk, e, topic, ev->event_id);
     sk->inflight++;
     sk->inflight_bytes += bytes;
-    memcpy(sk->last_topic, topic, sizeof topic);
     return SINK_OK;
 }
 

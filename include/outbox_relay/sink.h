@@ -100,7 +100,8 @@ bool sink_fatal(const struct sink *sk);
  * last error/up events tell). */
 bool sink_brokers_up(const struct sink *sk);
 
-/* The topic the last successful sink_produce() went to. */
+/* The topic the last sink_produce() was for (what the template gave, even
+ * when it was refused as an invalid topic name). */
 const char *sink_last_topic(const struct sink *sk);
 
 const char *sink_errstr(const struct sink *sk);
