@@ -20,6 +20,7 @@ packages=(
 [ -n "${OUTBOX_BUILD_ONLY:-}" ] || packages+=(
     postgresql-15 postgresql-15-wal2json postgresql-client-15
     kcat procps openssl
+    clang libclang-rt-14-dev
     python3 python3-pytest python3-psycopg2 python3-confluent-kafka python3-yaml
 )
 
