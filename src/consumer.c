@@ -48,6 +48,7 @@
 #define POLL_MS 100           /* longest wait in one poll: how fast a stop is seen */
 #define TRANSIENT_RETRIES_ON_STOP 3
 #define KAFKA_ERR_LOG_GAP 10.0 /* s between two log lines of the same Kafka error */
+#define COMMIT_RETRY 1.0       /* s between retries of a failed offset commit */
 
 /* How a failed statement or handler is treated. */
 enum failure_class { FAIL_DATA = 0, FAIL_CONN, FAIL_TRANSIENT };
@@ -73,6 +74,8 @@ struct consumer {
     bool fatal;
     int last_kafka_err;
     double last_kafka_err_at;
+    rd_kafka_topic_partition_list_t *pending; /* applied, offsets not committed yet */
+    double commit_retry_at;
     struct consumer_stats stats;
     char errstr[CONSUMER_ERRLEN];
 };
@@ -529,33 +532,63 @@ rollback:
     return rc;
 }
 
-/* Commits offset+1 of the last of the first n batch messages of each
- * partition, synchronously. A failure is logged, not fatal: the events are
- * applied, a redelivery is skipped as duplicate. */
+/* Commits the offsets applied and not yet committed (c->pending),
+ * synchronously. A failure (typically "rebalance in progress") is logged,
+ * not fatal: the events are applied, and the offsets stay pending, to be
+ * committed with the next batch or by the retry in the main loop, unless the
+ * partition is revoked first (its next owner then skips the redelivered
+ * events as duplicates). */
+static void commit_pending(struct consumer *c)
+{
+    if (c->pending == NULL || c->pending->cnt == 0)
+        return;
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, c->pending, 0);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        log_warn("committing Kafka offsets failed: %s; retrying (the events are applied: "
+                 "a redelivery is skipped as duplicate)", rd_kafka_err2str(err));
+        c->commit_retry_at = now_s() + COMMIT_RETRY;
+        return;
+    }
+    if (log_enabled(LOG_LEVEL_DEBUG))
+        for (int i = 0; i < c->pending->cnt; i++)
+            log_debug("committed %s[%" PRId32 "] offset %" PRId64, c->pending->elems[i].topic,
+                      c->pending->elems[i].partition, c->pending->elems[i].offset);
+    rd_kafka_topic_partition_list_destroy(c->pending);
+    c->pending = NULL;
+}
+
+/* Adds offset+1 of the last of the first n batch messages of each
+ * partition to the pending offsets, then commits them. */
 static void commit_offsets(struct consumer *c, size_t n)
 {
     if (n == 0)
         return;
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int) n);
+    if (c->pending == NULL)
+        c->pending = rd_kafka_topic_partition_list_new((int) n);
     for (size_t i = 0; i < n; i++) {
         const rd_kafka_message_t *m = c->batch[i];
         const char *topic = rd_kafka_topic_name(m->rkt);
         rd_kafka_topic_partition_t *p =
-            rd_kafka_topic_partition_list_find(list, topic, m->partition);
+            rd_kafka_topic_partition_list_find(c->pending, topic, m->partition);
         if (p == NULL)
-            p = rd_kafka_topic_partition_list_add(list, topic, m->partition);
+            p = rd_kafka_topic_partition_list_add(c->pending, topic, m->partition);
         if (m->offset + 1 > p->offset)
             p->offset = m->offset + 1;
     }
-    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, list, 0);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
-        log_warn("committing Kafka offsets failed: %s; the applied events may be delivered "
-                 "again and will be skipped as duplicates", rd_kafka_err2str(err));
-    else if (log_enabled(LOG_LEVEL_DEBUG))
-        for (int i = 0; i < list->cnt; i++)
-            log_debug("committed %s[%" PRId32 "] offset %" PRId64, list->elems[i].topic,
-                      list->elems[i].partition, list->elems[i].offset);
-    rd_kafka_topic_partition_list_destroy(list);
+    commit_pending(c);
+}
+
+/* Forgets pending offsets of partitions we no longer own (all when parts is
+ * NULL): committing them now could move another owner's position. */
+static void pending_forget(struct consumer *c, const rd_kafka_topic_partition_list_t *parts)
+{
+    if (c->pending == NULL)
+        return;
+    for (int i = c->pending->cnt - 1; i >= 0; i--) {
+        const rd_kafka_topic_partition_t *p = &c->pending->elems[i];
+        if (parts == NULL || rd_kafka_topic_partition_list_find(parts, p->topic, p->partition))
+            rd_kafka_topic_partition_list_del_by_idx(c->pending, i);
+    }
 }
 
 static void batch_drop(struct consumer *c, size_t from)
@@ -725,6 +758,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             log_warn("%zu unapplied messages of revoked partitions dropped; their offsets "
                      "were not committed, so the next owner reads them again", dropped);
         }
+        pending_forget(c, coop ? parts : NULL);
         if (coop)
             e = rd_kafka_incremental_unassign(rk, parts);
         else
@@ -886,6 +920,8 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
                  c->o.on_error == CONSUMER_ON_ERROR_HALT ? "halt" : "failed");
 
     while (!*stop && !c->halted && !c->fatal) {
+        if (c->pending != NULL && now_s() >= c->commit_retry_at)
+            commit_pending(c);
         if (!c->pg_ready) {
             pg_connect(c);
             if (c->fatal)
@@ -924,6 +960,7 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
                      "not committed", c->nbatch);
     }
     batch_drop(c, 0);
+    commit_pending(c);
     log_info("stopping: %" PRIu64 " events applied, %" PRIu64 " duplicates skipped, %" PRIu64
              " failed, %" PRIu64 " batches, %" PRIu64 " PostgreSQL reconnects",
              c->stats.applied, c->stats.duplicates, c->stats.failed, c->stats.batches,
@@ -958,6 +995,8 @@ void consumer_free(struct consumer *c)
         rd_kafka_destroy(c->rk);
     }
     pg_close(c);
+    if (c->pending != NULL)
+        rd_kafka_topic_partition_list_destroy(c->pending);
     free(c->batch);
     free(c);
 }

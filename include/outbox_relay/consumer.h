@@ -9,7 +9,9 @@
  * processed_events (ON CONFLICT DO NOTHING); when the row already existed the
  * message is a duplicate and is skipped, otherwise the handler runs inside a
  * SAVEPOINT. After COMMIT, and only then, the batch's Kafka offsets are
- * committed (synchronously). A crash anywhere before COMMIT applies nothing;
+ * committed (synchronously; a failed offset commit is retried every second
+ * and with the next batch while the partition stays ours). A crash anywhere
+ * before COMMIT applies nothing;
  * a crash between COMMIT and the offset commit redelivers messages whose
  * event ids are already recorded, so they are skipped.
  *
