@@ -188,14 +188,12 @@ static void poll_slot(struct maint *mt)
     }
     PQclear(res);
 
-    /* reltuples is -1 until the first VACUUM/ANALYZE: unknown, not 0. */
+    /* reltuples is -1 until the first VACUUM/ANALYZE: unknown, not 0.
+     * The partition tree is walked in the catalogs rather than with
+     * pg_partition_tree(), which locks every partition: a poll must never
+     * queue behind the reaper's lock on a partition it is about to drop. */
     const char *p2[] = {mt->qtable};
-    res = query(mt, "estimating the table's rows",
-                "SELECT CASE WHEN bool_and(c.reltuples < 0) THEN -1 "
-                "ELSE sum(greatest(c.reltuples, 0)) END::bigint "
-                "FROM pg_partition_tree(to_regclass($1)) t JOIN pg_class c ON c.oid = t.relid "
-                "WHERE t.isleaf",
-                1, p2);
+    res = query(mt, "estimating the table's rows", MAINT_ROWS_ESTIMATE_SQL, 1, p2);
     if (res == NULL)
         return;
     metrics_set_table_rows(mt->m, PQgetisnull(res, 0, 0) ? -1 : atoll(PQgetvalue(res, 0, 0)));

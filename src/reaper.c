@@ -319,9 +319,14 @@ static int drop_partition(struct reap *r, const char *qpart, const char *parent_
         return rc;
     if ((rc = command(r, "SET lock_timeout", "SET LOCAL lock_timeout = '" LOCK_TIMEOUT "'")) < 0)
         goto fail;
-    /* Waits for every transaction that inserted into it to end; keeps new
-     * ones out until we commit. */
-    snprintf(sql, sizeof sql, "LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", qpart);
+    /* SHARE conflicts with the ROW EXCLUSIVE lock every transaction that
+     * inserted into the partition holds until it ends: granted, it means
+     * none is in progress and none can start until we commit. Unlike
+     * ACCESS EXCLUSIVE it lets readers of the parent through during the
+     * wait for the slot (and is not WAL-logged, so W0 is not pushed past
+     * the flushed WAL by our own lock record). DROP upgrades it at the
+     * end. */
+    snprintf(sql, sizeof sql, "LOCK TABLE %s IN SHARE MODE", qpart);
     if ((rc = command(r, "LOCK partition", sql)) < 0)
         goto fail;
     const char *p1[] = {qpart, parent_oid};

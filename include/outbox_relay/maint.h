@@ -28,6 +28,17 @@
 #define MAINT_POLL_INTERVAL 2.0 /* s between slot polls */
 #define MAINT_HEARTBEAT_PREFIX "outbox-relay-heartbeat"
 
+/* The outbox's row estimate (pg_class.reltuples summed over the leaves of
+ * the partition tree; NULL when never vacuumed or analyzed). $1 is the
+ * quoted "schema"."table". Reads catalogs only: takes no lock on the table
+ * or its partitions. */
+#define MAINT_ROWS_ESTIMATE_SQL                                                   \
+    "WITH RECURSIVE tree(relid) AS (SELECT to_regclass($1)::oid UNION ALL "      \
+    "SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) " \
+    "SELECT CASE WHEN bool_and(c.reltuples < 0) THEN NULL "                      \
+    "ELSE sum(greatest(c.reltuples, 0)) END::bigint "                            \
+    "FROM tree JOIN pg_class c ON c.oid = tree.relid WHERE c.relkind <> 'p'"
+
 struct maint;
 struct metrics;
 

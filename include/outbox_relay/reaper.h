@@ -26,12 +26,14 @@
  *
  * Range-partitioned on created_at: whole partitions whose upper bound is at
  * or before now() - retention are dropped instead. The partition is locked
- * ACCESS EXCLUSIVE first — which waits for every transaction that inserted
- * into it to end and keeps new ones out — then W0 is read and waited for as
- * above, then it is dropped. Rows in the DEFAULT partition are deleted in
- * batches as for a plain table. (DROP also takes a short ACCESS EXCLUSIVE
- * lock on the parent, with a 1 s lock_timeout so writers are not stalled
- * behind it for long; on timeout the partition is tried again next run.)
+ * in SHARE mode first — which conflicts with the ROW EXCLUSIVE lock every
+ * inserting transaction holds until it ends, so it waits for all of them
+ * and keeps new ones out, while readers still pass — then W0 is read and
+ * waited for as above, then it is dropped. Rows in the DEFAULT partition
+ * are deleted in batches as for a plain table. (DROP takes ACCESS
+ * EXCLUSIVE on the partition and the parent, with a 1 s lock_timeout so
+ * writers are not stalled behind it for long; on timeout the partition is
+ * tried again next run.)
  *
  * The reaper's DELETEs and DROPs are never relayed: the relayer's slot only
  * decodes INSERTs (wal2json "actions" 'insert').
