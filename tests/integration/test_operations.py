@@ -361,6 +361,41 @@ def test_partitioned_outbox_is_relayed(pg, broker, kafka, relayer, relay_args):
     assert len(kafka.read(TOPIC, expected=3, timeout=15)) == 3
 
 
+def test_daemon_reaper_holds_back_and_keeps_polling(pg, broker, kafka, relayer, relay_args):
+    """The reaper inside `run`: during a broker outage it keeps expired rows
+    (each run gives up after its bounded wait), and while it waits, on the
+    same connection, slot polls and heartbeats go on. After the outage the
+    rows go."""
+    p, port = start_with_metrics(relayer, relay_args, "--retention", "1 hour",
+                                 "--reap-interval", "1", "--heartbeat-interval", "1",
+                                 "--status-interval", "0.5")
+    p.wait_for_log("streaming", timeout=30)
+    warm = insert(pg, 2)
+    kafka.read(TOPIC, expected=2, timeout=30)
+
+    broker.cmd("down")
+    old = insert(pg, 6, age="2 hours")
+    since = len(p.log_text())
+    polls = []
+    deadline = time.monotonic() + CONFIRM_WAIT + 15
+    while "kept expired rows" not in p.log_text()[since:]:
+        assert time.monotonic() < deadline, p.log_tail()
+        polls.append(metric(scrape(port), "outbox_relay_slot_last_poll_timestamp_seconds", slot=SLOT))
+        time.sleep(1)
+    # Polls went on during the reaper's wait (one every 2 s).
+    assert len(set(polls)) >= CONFIRM_WAIT // 3, polls
+    assert outbox_ids(pg) >= set(old)
+    assert metric(scrape(port), "outbox_relay_reaper_rows_deleted_total") == 0
+    log = p.log_text()
+    assert "heartbeat turned off" not in log and "maintenance: polling" not in log, p.log_tail()
+
+    broker.cmd("up")
+    kafka.read(TOPIC, expected=8, timeout=60)
+    wait_metric(port, lambda s: metric(s, "outbox_relay_reaper_rows_deleted_total") == 6,
+                CONFIRM_WAIT + 30, "the daemon's reaper to delete the 6 rows after the outage")
+    assert outbox_ids(pg) == set(warm)
+
+
 # --------------------------------------------------------------------------
 # metrics, health, readiness
 # --------------------------------------------------------------------------
