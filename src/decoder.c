@@ -28,10 +28,12 @@
 
 #if defined(__GNUC__)
 #define W2J_COLD __attribute__((cold, noinline))
+#define W2J_INLINE inline __attribute__((always_inline))
 #define W2J_LIKELY(x) __builtin_expect(!!(x), 1)
 #define W2J_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define W2J_COLD
+#define W2J_INLINE inline
 #define W2J_LIKELY(x) (x)
 #define W2J_UNLIKELY(x) (x)
 #endif
@@ -76,7 +78,8 @@ W2J_COLD static int scan_fail(struct scan *sc, size_t at, const char *fmt, ...)
 
 static inline void skip_ws(struct scan *sc)
 {
-    while (sc->pos < sc->len) {
+    /* wal2json writes no whitespace: one compare in the common case. */
+    while (sc->pos < sc->len && (unsigned char) sc->s[sc->pos] <= ' ') {
         char c = sc->s[sc->pos];
         if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
             break;
@@ -175,50 +178,129 @@ static size_t check_escape(struct scan *sc, size_t i)
     return i + 12;
 }
 
+/* The one-byte escapes: the byte each stands for, 0 for anything else. */
+static const char esc_char[256] = {
+    ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b',
+    ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
+};
+
+/* Eight bytes at a time (SWAR) on little-endian machines: a word with 0x80
+ * in each byte that is '"', '\\' or < 0x20. Exact per byte (no borrow from
+ * one byte into the next: adding 0x7F or 0x60 to a 7-bit value stays in its
+ * byte), so every flagged byte of a word can be visited without reloading. */
 #define ONES 0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL
+#define LOW7S 0x7F7F7F7F7F7F7F7FULL
+
+#if !defined(W2J_NO_SWAR) && defined(__GNUC__) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define W2J_SWAR 1
+static inline uint64_t load8(const char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* High bit of each byte set where w has byte value c. */
+static inline uint64_t eq_mask(uint64_t w, unsigned char c)
+{
+    uint64_t x = w ^ (ONES * c);
+    return ~(((x & LOW7S) + LOW7S) | x) & HIGHS;
+}
+
+static inline uint64_t stop_mask(uint64_t w)
+{
+    uint64_t ctl = ~(((w & LOW7S) + ONES * 0x60) | w) & HIGHS;
+    return eq_mask(w, '"') | eq_mask(w, '\\') | ctl;
+}
+
+/* Index of the first flagged byte of a non-zero mask. */
+static inline size_t first_byte(uint64_t m)
+{
+    return (size_t) __builtin_ctzll(m) >> 3;
+}
+#else
+#define W2J_SWAR 0
+#endif
 
 /* A string starting at the quote at pos. Fills *out with the span between the
  * quotes (escapes left in place) and moves past the closing quote. */
-static inline int scan_string(struct scan *sc, struct w2j_value *out)
+static W2J_INLINE int scan_string(struct scan *sc, struct w2j_value *out)
 {
     const char *s = sc->s;
-    size_t len = sc->len, start = sc->pos, i = start + 1;
+    size_t len = sc->len, start = sc->pos, i = start + 1, p;
     bool escaped = false;
 
     for (;;) {
-        /* Eight bytes at a time while none of them is '"', '\\' or < 0x20;
-         * the byte loop below then finds exactly which one stopped us. */
-        while (len - i >= 8) {
-            uint64_t w, q, b;
-            memcpy(&w, s + i, 8);
-            q = w ^ (ONES * '"');
-            b = w ^ (ONES * '\\');
-            if ((((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w)) & HIGHS)
-                break;
-            i += 8;
+#if W2J_SWAR
+        if (W2J_LIKELY(len - i >= 8)) {
+            uint64_t m = stop_mask(load8(s + i));
+            if (m == 0) {
+                i += 8;
+                continue;
+            }
+            /* Visit the flagged bytes of this word: the closing quote ends
+             * the string; a one-byte escape clears its own bit and that of
+             * the byte it escapes, and goes on in the same word. The mask
+             * update depends on the mask alone (not on tzcnt or on a loaded
+             * byte), which keeps escape-dense payloads fast. */
+            for (;;) {
+                size_t k = first_byte(m);
+                p = i + k;
+                if (s[p] != '\\')
+                    goto stop;
+                escaped = true;
+                if (W2J_UNLIKELY(k == 7)) { /* the escaped byte is in the next word */
+                    i = p;
+                    goto escape;
+                }
+                unsigned char e = (unsigned char) s[p + 1];
+                if (W2J_UNLIKELY(esc_char[e] == 0)) {
+                    i = p;
+                    goto escape;
+                }
+                uint64_t low = m & (~m + 1);
+                m &= ~(low | low << 8); /* the backslash and the byte it escapes */
+                if (m == 0) {
+                    i += 8;
+                    break;
+                }
+            }
+            continue;
         }
+#endif
         while (i < len && !str_stop[(unsigned char) s[i]])
             i++;
         if (W2J_UNLIKELY(i >= len))
             return scan_fail(sc, start, "truncated: unterminated string");
-        unsigned char c = (unsigned char) s[i];
-        if (c == '"')
-            break;
-        if (c == '\\') {
+        p = i;
+        if (s[p] == '\\') {
             escaped = true;
-            i = check_escape(sc, i);
-            if (i == 0)
-                return -1;
+#if W2J_SWAR
+        escape:
+#endif
+            if (i + 1 < len && esc_char[(unsigned char) s[i + 1]] != 0) {
+                i += 2;
+            } else {
+                i = check_escape(sc, i);
+                if (i == 0)
+                    return -1;
+            }
             continue;
         }
-        return scan_fail(sc, i, "control character 0x%02X in string", c);
+#if W2J_SWAR
+    stop:
+#endif
+        if (s[p] == '"')
+            break;
+        return scan_fail(sc, p, "control character 0x%02X in string", (unsigned char) s[p]);
     }
     out->type = W2J_STRING;
     out->escaped = escaped;
     out->ptr = s + start + 1;
-    out->len = i - start - 1;
-    sc->pos = i + 1;
+    out->len = p - start - 1;
+    sc->pos = p + 1;
     return 0;
 }
 
@@ -385,6 +467,16 @@ enum rec_key {
     K_CONTENT,
 };
 
+static inline bool is_action(char c)
+{
+    switch (c) {
+    case 'B': case 'C': case 'I': case 'U': case 'D': case 'T': case 'M':
+        return true;
+    default:
+        return false;
+    }
+}
+
 static const char *const rec_key_names[] = {
     "action", "xid", "lsn", "nextlsn", "timestamp", "schema",
     "table", "columns", "transactional", "prefix", "content",
@@ -482,25 +574,41 @@ static int parse_columns(struct scan *sc, struct w2j_record *rec)
             for (;;) {
                 struct w2j_value key;
                 size_t key_at = sc->pos;
-                if (peek(sc) != '"')
-                    return scan_fail(sc, sc->pos, "%s: expected a key",
-                                     sc->pos >= sc->len ? "truncated" : "bad column");
-                if (scan_string(sc, &key) < 0)
-                    return -1;
-                skip_ws(sc);
-                if (expect_char(sc, ':', "':'") < 0)
-                    return -1;
-                skip_ws(sc);
-
+                const char *k;
+                size_t kn;
                 char buf[8];
-                const char *k = key.ptr;
-                size_t kn = key.len;
-                if (W2J_UNLIKELY(key.escaped)) {
-                    if (small_string(&key, buf, sizeof buf, &kn))
-                        k = buf;
-                    else
-                        kn = 0;
+
+                /* wal2json writes these two keys exactly so: skip the scan. */
+                if (sc->len - sc->pos >= 8 && memcmp(sc->s + sc->pos, "\"name\":", 7) == 0) {
+                    k = "name";
+                    kn = 4;
+                    sc->pos += 7;
+                } else if (sc->len - sc->pos >= 9 &&
+                           memcmp(sc->s + sc->pos, "\"value\":", 8) == 0) {
+                    k = "value";
+                    kn = 5;
+                    sc->pos += 8;
+                } else {
+                    if (peek(sc) != '"')
+                        return scan_fail(sc, sc->pos, "%s: expected a key",
+                                         sc->pos >= sc->len ? "truncated" : "bad column");
+                    if (scan_string(sc, &key) < 0)
+                        return -1;
+                    skip_ws(sc);
+                    if (expect_char(sc, ':', "':'") < 0)
+                        return -1;
+                    k = key.ptr;
+                    kn = key.len;
+                    if (W2J_UNLIKELY(key.escaped)) {
+                        if (small_string(&key, buf, sizeof buf, &kn))
+                            k = buf;
+                        else
+                            kn = 0;
+                    }
                 }
+                skip_ws(sc);
+                if (sc->pos >= sc->len)
+                    return scan_fail(sc, sc->pos, "truncated: expected a value");
                 if (kn == 4 && memcmp(k, "name", 4) == 0) {
                     if (have_name)
                         return scan_fail(sc, key_at, "duplicate key \"name\" in column");
@@ -512,7 +620,8 @@ static int parse_columns(struct scan *sc, struct w2j_record *rec)
                 } else if (kn == 5 && memcmp(k, "value", 5) == 0) {
                     if (have_value)
                         return scan_fail(sc, key_at, "duplicate key \"value\" in column");
-                    if (scan_value(sc, 3, &col->value) < 0)
+                    if (peek(sc) == '"' ? scan_string(sc, &col->value) < 0
+                                        : scan_value(sc, 3, &col->value) < 0)
                         return -1;
                     have_value = true;
                 } else if (scan_value(sc, 3, &tmp) < 0) {
@@ -592,7 +701,7 @@ static int parse_xid(struct scan *sc, int64_t *out)
 }
 
 /* A string or null for key (timestamp, schema, table, prefix, content). */
-static int parse_string_or_null(struct scan *sc, const char *key, struct w2j_value *out)
+static inline int parse_string_or_null(struct scan *sc, const char *key, struct w2j_value *out)
 {
     if (peek(sc) == '"')
         return scan_string(sc, out);
@@ -674,6 +783,8 @@ int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf
             if (expect_char(&sc, ':', "':'") < 0)
                 return -1;
             skip_ws(&sc);
+            if (sc.pos >= sc.len)
+                return scan_fail(&sc, sc.pos, "truncated: expected a value");
 
             enum rec_key k = classify_value_key(&key);
             if (k != K_UNKNOWN) {
@@ -690,8 +801,7 @@ int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf
                     return scan_fail(&sc, at, "\"action\" must be a string");
                 if (scan_string(&sc, &v) < 0)
                     return -1;
-                if (!small_string(&v, buf, sizeof buf, &n) || n != 1 || buf[0] == '\0' ||
-                    strchr("BCIUDTM", buf[0]) == NULL)
+                if (!small_string(&v, buf, sizeof buf, &n) || n != 1 || !is_action(buf[0]))
                     return scan_fail(&sc, at, "unknown action \"%.*s\"",
                                      (int) (v.len > 16 ? 16 : v.len), v.ptr);
                 rec->action = buf[0];
@@ -810,56 +920,87 @@ int w2j_unescape(const struct w2j_value *v, char *dst, size_t dstcap, size_t *ou
         return 0;
     }
     while (i < n) {
-        const char *bs = memchr(s + i, '\\', n - i);
-        size_t run = bs != NULL ? (size_t) (bs - (s + i)) : n - i;
-        if (run > dstcap - o)
-            return -1;
-        memcpy(dst + o, s + i, run);
-        o += run;
-        i += run;
-        if (bs == NULL)
-            break;
+#if W2J_SWAR
+        /* A word at a time: runs are copied with 8-byte stores (the bytes a
+         * store writes past a run are overwritten by what follows, hence
+         * the 16 bytes of room), one-byte escapes are resolved from the
+         * word itself, and only \u escapes and words ending in a backslash
+         * leave for the byte path below. */
+        if (n - i >= 8 && dstcap - o >= 16) {
+            uint64_t w = load8(s + i), m = eq_mask(w, '\\');
+            size_t from = 0, k;
+            char c;
+            memcpy(dst + o, &w, 8);
+            if (m == 0) {
+                i += 8;
+                o += 8;
+                continue;
+            }
+            for (;;) {
+                k = first_byte(m);
+                o += k - from;
+                if (k == 7 || (c = esc_char[(unsigned char) (w >> (8 * k + 8))]) == 0)
+                    break; /* escape at i + k: the byte path */
+                dst[o++] = c;
+                from = k + 2;
+                if (from == 8) {
+                    k = 8;
+                    break;
+                }
+                uint64_t rest = w >> (8 * from);
+                memcpy(dst + o, &rest, 8);
+                uint64_t low = m & (~m + 1);
+                m &= ~(low | low << 8); /* this backslash and the escaped byte */
+                if (m == 0) {
+                    o += 8 - from;
+                    k = 8;
+                    break;
+                }
+            }
+            i += k;
+            if (k == 8)
+                continue;
+        } else
+#endif
+        {
+            while (i < n && s[i] != '\\') {
+                if (o == dstcap)
+                    return -1;
+                dst[o++] = s[i++];
+            }
+            if (i == n)
+                break;
+        }
+        /* s[i] is a backslash. */
         if (n - i < 2)
             return -1;
-        char c;
-        switch (s[i + 1]) {
-        case '"': c = '"'; break;
-        case '\\': c = '\\'; break;
-        case '/': c = '/'; break;
-        case 'b': c = '\b'; break;
-        case 'f': c = '\f'; break;
-        case 'n': c = '\n'; break;
-        case 'r': c = '\r'; break;
-        case 't': c = '\t'; break;
-        case 'u': {
-            if (n - i < 6)
+        char c = esc_char[(unsigned char) s[i + 1]];
+        if (c != 0) {
+            if (o == dstcap)
                 return -1;
-            long cp = hex4(s + i + 2);
-            size_t used = 6;
-            if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF))
-                return -1;
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (n - i < 12 || s[i + 6] != '\\' || s[i + 7] != 'u')
-                    return -1;
-                long lo = hex4(s + i + 8);
-                if (lo < 0xDC00 || lo > 0xDFFF)
-                    return -1;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                used = 12;
-            }
-            if (utf8_len((unsigned long) cp) > dstcap - o)
-                return -1;
-            o += utf8_put(dst + o, (unsigned long) cp);
-            i += used;
+            dst[o++] = c;
+            i += 2;
             continue;
         }
-        default:
+        if (s[i + 1] != 'u' || n - i < 6)
             return -1;
+        long cp = hex4(s + i + 2);
+        size_t used = 6;
+        if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF))
+            return -1;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (n - i < 12 || s[i + 6] != '\\' || s[i + 7] != 'u')
+                return -1;
+            long lo = hex4(s + i + 8);
+            if (lo < 0xDC00 || lo > 0xDFFF)
+                return -1;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            used = 12;
         }
-        if (o == dstcap)
+        if (utf8_len((unsigned long) cp) > dstcap - o)
             return -1;
-        dst[o++] = c;
-        i += 2;
+        o += utf8_put(dst + o, (unsigned long) cp);
+        i += used;
     }
     *outlen = o;
     return 0;
@@ -1102,15 +1243,19 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
 {
     const char *names[5] = {map->id, map->aggregate_id, map->type, map->payload,
                             map->created_at};
+    size_t lens[5];
     const struct w2j_value *vals[5] = {NULL, NULL, NULL, NULL, NULL};
     enum { C_ID, C_AGG, C_TYPE, C_PAYLOAD, C_CREATED };
 
     if (map->id == NULL || map->type == NULL)
         return event_fail(errbuf, errlen, rec->lsn, "columns map without id or type");
+    for (int c = 0; c < 5; c++)
+        lens[c] = names[c] != NULL ? strlen(names[c]) : SIZE_MAX;
     for (size_t i = 0; i < rec->ncolumns; i++) {
         const struct w2j_value *name = &rec->columns[i].name;
         for (int c = 0; c < 5; c++) {
-            if (names[c] != NULL && value_equals(name, names[c])) {
+            if (name->escaped ? names[c] != NULL && value_equals(name, names[c])
+                              : name->len == lens[c] && memcmp(name->ptr, names[c], lens[c]) == 0) {
                 if (vals[c] != NULL)
                     return event_fail(errbuf, errlen, rec->lsn, "column \"%s\" appears twice",
                                       names[c]);
@@ -1188,6 +1333,8 @@ static int decode_message(const struct w2j_record *rec, struct w2j_scratch *scra
 
     if (content->type != W2J_STRING)
         return event_fail(errbuf, errlen, rec->lsn, "message without \"content\"");
+    if (content->len > (SIZE_MAX - ts.len) / 2)
+        return event_fail(errbuf, errlen, rec->lsn, "out of memory");
     /* The envelope, then its escaped strings: all of them are substrings of
      * the envelope, which is no longer than the raw content. */
     if (scratch_reserve(scratch, 2 * content->len + scratch_need(&ts)) < 0)

@@ -149,4 +149,25 @@ int w2j_event_decode(const struct w2j_record *rec, const struct w2j_columns_map 
                      struct w2j_scratch *scratch, struct outbox_event *ev,
                      char *errbuf, size_t errlen);
 
+/* Details of w2j_event_decode() the contract above leaves open:
+ * - map NULL means W2J_DEFAULT_COLUMNS. In a map, id and type are required;
+ *   a NULL aggregate_id, payload or created_at means "no such column" and
+ *   the event field is NULL. A mapped column missing from the record, or
+ *   present twice, is an error.
+ * - event_id of a message uses upper-case hex, like LSN_FMT:
+ *   "m-00000000016B3A28". wal2json's "lsn" of a message is the LSN that
+ *   pg_logical_emit_message() returned, so producers can compute it.
+ * - Envelope: "aggregate_id" absent or null gives NULL; "payload" absent
+ *   gives NULL, "payload": null gives the text "null"; a string payload
+ *   keeps its quotes and escapes (it is raw JSON text); unknown keys are
+ *   skipped; a key twice, trailing garbage or nesting deeper than 64 is an
+ *   error. The prefix is not checked: filtering on it is the caller's job.
+ * - A string that wal2json sent without escapes is handed out as a span of
+ *   the line (zero copy); only escaped ones use the scratch. An empty
+ *   string is a non-NULL pointer with length 0, never SQL NULL.
+ * - w2j_timestamp_us() also accepts offsets with seconds ("+05:53:28", as
+ *   PostgreSQL prints historic local mean time), years of 5 or 6 digits,
+ *   " BC", and 'T' as the separator; it refuses "infinity" and instants
+ *   that do not fit in int64 microseconds. */
+
 #endif
