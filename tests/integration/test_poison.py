@@ -426,3 +426,82 @@ def test_retriable_broker_error_is_retried(pg, broker, kafka, relayer, code, tex
     assert not log_lines(r, "error"), log_lines(r, "error")
     assert kafka.read(DLQ, timeout=1, wait_topic=False) == []
     assert r.terminate() == 0
+
+
+# --------------------------------------------------------------------------
+# the dead-letter path itself, and timeouts
+# --------------------------------------------------------------------------
+
+def test_poison_inside_a_transaction_dead_lettered(pg, broker, kafka, relayer):
+    """A poison event between two good ones of the same transaction: the
+    good ones arrive, the poison one is dead-lettered, and the transaction
+    is confirmed only as a whole (all three accounted for)."""
+    r = start_relay(relayer, pg, broker, "--on-poison", "dead-letter")
+    ob = Outbox(pg)
+    tx = ob.tx([("mix.one", '{"i": 1}'), ("bad topic!", '{"i": 2}'), ("mix.three", '{"i": 3}')])
+    got = read_ids(kafka, "mix", [tx.ids[0], tx.ids[2]])
+    assert tx.ids[0] in got and tx.ids[2] in got, r.log_tail()
+    dl = dead_letters(kafka, 1)
+    assert [m.headers.get("event_id") for m in dl] == [str(tx.ids[1])], dl
+    wait_confirmed(pg, tx.commit_end)
+    assert r.terminate() == 0
+
+
+def test_undeliverable_dead_letter_halts(pg, broker, kafka, relayer):
+    """The broker refuses the event and then its dead letter too (two
+    Produce requests answered TOPIC_AUTHORIZATION_FAILED): the event is
+    neither published nor dead-lettered, so the relayer must halt without
+    confirming it rather than count it as handled; a restart delivers it."""
+    r = start_relay(relayer, pg, broker, "--on-poison", "dead-letter")
+    ob = Outbox(pg)
+    a = ob.one("dlq.before")
+    assert a.id in read_ids(kafka, "dlq", a.ids)
+    wait_confirmed(pg, a.commit_end)
+
+    broker.cmd("error 0 TOPIC_AUTHORIZATION_FAILED 2")
+    b = ob.one("dlq.ev", '{"twice": "refused"}')
+    rc = r.wait_exit(60)
+    assert rc == 1, "rc=%s; log tail:\n%s" % (rc, r.log_tail())
+    line = halt_line(r, b.id)
+    assert DLQ in line, "the error does not say the dead letter failed: %r" % line
+    assert_not_confirmed(pg, b, r)
+    assert kafka.read(DLQ, timeout=2, wait_topic=False) == []
+
+    r2 = start_relay(relayer, pg, broker, "--on-poison", "dead-letter")
+    assert b.id in read_ids(kafka, "dlq", b.ids, timeout=60), r2.log_tail()
+    wait_confirmed(pg, b.commit_end)
+    assert r2.terminate() == 0
+
+
+@pytest.mark.parametrize("policy", ["halt", "dead-letter"])
+def test_message_timeout_never_skips(pg, broker, kafka, relayer, policy):
+    """A user who sets message.timeout.ms makes an outage fail deliveries:
+    that must re-produce or stop, never skip. Either the relayer halts
+    without confirming the event (and a restart delivers it), or it keeps
+    running and delivers it once the broker is back; it is never
+    dead-lettered (a timeout is not the event's fault)."""
+    r = start_relay(relayer, pg, broker, "--on-poison", policy, "-X", "message.timeout.ms=2000")
+    ob = Outbox(pg)
+    a = ob.one("tmo.before")
+    assert a.id in read_ids(kafka, "tmo", a.ids)
+    wait_confirmed(pg, a.commit_end)
+
+    broker.cmd("down")
+    try:
+        b = ob.one("tmo.ev", '{"timed": "out"}')
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and r.running():
+            c = pg.confirmed_flush_lsn(SLOT)
+            assert c < b.commit_end, "confirmed past an event whose delivery timed out"
+            time.sleep(0.2)
+    finally:
+        broker.cmd("up")
+    if not r.running():
+        assert r.returncode == 1, r.log_tail()
+        assert_not_confirmed(pg, b, r)
+        r = start_relay(relayer, pg, broker)
+    got = read_ids(kafka, "tmo", b.ids, timeout=60)
+    assert b.id in got, "the timed-out event was skipped; log tail:\n%s" % r.log_tail()
+    wait_confirmed(pg, b.commit_end)
+    assert kafka.read(DLQ, timeout=1, wait_topic=False) == [], "a timeout was dead-lettered"
+    assert r.terminate() == 0
