@@ -16,3 +16,14 @@ $$;
 
 GRANT USAGE ON SCHEMA public TO outbox_relay;
 GRANT SELECT, DELETE ON public.events_outbox TO outbox_relay;
+
+-- The slots outbox-relay has created. A relayer that finds its slot gone
+-- checks here: if it created that slot before, the slot was dropped or
+-- lost and events may have been skipped, so it refuses to create a new one
+-- silently (start it once with --recreate-slot to acknowledge).
+CREATE TABLE IF NOT EXISTS public.outbox_relay_slots (
+    slot_name   TEXT        PRIMARY KEY,
+    created_lsn PG_LSN      NOT NULL,
+    created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+GRANT SELECT, INSERT, UPDATE ON public.outbox_relay_slots TO outbox_relay;

@@ -75,6 +75,9 @@ static const struct opt_def options[] = {
      "(0 = wait for the server's wal_sender_timeout)"},
     {"failover-slot", OPT_BOOL, OFF(failover_slot), "false", "true|false",
      "create the slot with FAILOVER so it survives a primary failover (PostgreSQL 17+)"},
+    {"recreate-slot", OPT_BOOL, OFF(recreate_slot), "false", "true|false",
+     "create the slot even though an earlier one made by outbox-relay was dropped or lost "
+     "(events committed meanwhile may be missing; see --backfill)"},
     {"backfill", OPT_BACKFILL, OFF(backfill_pending), "none", "none|pending",
      "when creating the slot, first publish the rows a polling relayer left undispatched"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "info", "debug|info|warn|error", "log level"},

@@ -212,6 +212,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                 .table_name = cfg->table_name,
                                 .message_prefix = cfg->message_prefix, .create_slot = true,
                                 .failover_slot = cfg->failover_slot,
+                                .recreate_slot = cfg->recreate_slot,
                                 .takeover_after = cfg->takeover_after,
                                 .on_created = cfg->backfill_pending ? on_slot_created : NULL,
                                 .on_created_ctx = r};

@@ -30,6 +30,7 @@ struct stream {
     char *table_name;
     char *message_prefix;
     bool create_slot;
+    bool recreate_slot;
     bool failover_slot;
     double takeover_after;
     int (*on_created)(void *ctx, const char *snapshot);
@@ -57,6 +58,7 @@ struct stream *stream_new(const struct stream_options *opts)
     s->message_prefix = dup_or_empty(opts->message_prefix);
     s->create_slot = opts->create_slot;
     s->failover_slot = opts->failover_slot;
+    s->recreate_slot = opts->recreate_slot;
     s->takeover_after = opts->takeover_after;
     s->on_created = opts->on_created;
     s->on_created_ctx = opts->on_created_ctx;
@@ -398,6 +400,73 @@ static int create_slot(struct stream *s)
     return rc;
 }
 
+/* A missing slot that outbox-relay created before was dropped or lost:
+ * events committed since may never have been relayed, so creating a new
+ * one at the current position would skip them silently. The history is
+ * public.outbox_relay_slots (sql/003_relay_role.sql); without that table
+ * the check cannot be made, which is said once. */
+static int check_slot_history(struct stream *s)
+{
+    char *lit = PQescapeLiteral(s->conn, s->slot, strlen(s->slot));
+    if (lit == NULL)
+        return fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->slot);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT created_lsn, created_at FROM public.outbox_relay_slots "
+             "WHERE slot_name = %s", lit);
+    PQfreemem(lit);
+    PGresult *res = PQexec(s->conn, sql);
+    int rc = STREAM_OK;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (PQstatus(s->conn) != CONNECTION_OK) {
+            rc = fail(s, STREAM_RETRY, "slot=%s: lost the connection while checking the slot "
+                      "history", s->slot);
+        } else {
+            char msg[STREAM_ERRLEN];
+            copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+            log_warn("slot=%s: cannot read public.outbox_relay_slots (%s): if this slot was "
+                     "dropped after an earlier run, creating it again skips the events "
+                     "committed meanwhile; load sql/003_relay_role.sql so this is checked",
+                     s->slot, msg);
+        }
+    } else if (PQntuples(res) == 1 && !s->recreate_slot) {
+        rc = fail(s, STREAM_FATAL,
+                  "slot=%s was created by outbox-relay at %s (%s) and no longer exists: it was "
+                  "dropped or lost, and events committed since may not have been relayed. Not "
+                  "creating a new one silently. To go on, start once with --recreate-slot (add "
+                  "--backfill pending to republish the rows still in the outbox table)",
+                  s->slot, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
+    } else if (PQntuples(res) == 1) {
+        log_warn("slot=%s was created before at %s and is gone; recreating it as "
+                 "--recreate-slot asks", s->slot, PQgetvalue(res, 0, 0));
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* Notes in public.outbox_relay_slots that this slot exists (see above). */
+static void record_slot(struct stream *s, lsn_t lsn)
+{
+    char *lit = PQescapeLiteral(s->conn, s->slot, strlen(s->slot));
+    if (lit == NULL)
+        return;
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO public.outbox_relay_slots (slot_name, created_lsn) "
+             "VALUES (%s, '" LSN_FMT "') ON CONFLICT (slot_name) DO UPDATE "
+             "SET created_lsn = EXCLUDED.created_lsn, created_at = now()",
+             lit, LSN_ARGS(lsn));
+    PQfreemem(lit);
+    PGresult *res = PQexec(s->conn, sql);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        char msg[STREAM_ERRLEN];
+        copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+        log_warn("slot=%s: cannot record the new slot in public.outbox_relay_slots (%s); a "
+                 "later drop of the slot would go unnoticed by a restart", s->slot, msg);
+    }
+    PQclear(res);
+}
+
 /* Appends `"name" 'value'` to buf. Values are ours or validated (no quote). */
 static int append_opt(char *buf, size_t cap, size_t *n, const char *name, const char *value)
 {
@@ -491,14 +560,18 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
         if (!s->create_slot) {
             rc = fail(s, STREAM_FATAL, "slot=%s does not exist any more (dropped while in "
                       "use?); not recreating it silently, as events committed meanwhile would "
-                      "be lost: create it again on purpose or restart the relayer", s->slot);
+                      "be lost. To go on, start once with --recreate-slot (with --backfill "
+                      "pending to republish the rows still in the outbox table)", s->slot);
             goto fail;
         }
+        if ((rc = check_slot_history(s)) != STREAM_OK)
+            goto fail;
         if ((rc = create_slot(s)) != STREAM_OK)
             goto fail;
         *created = true;
         if ((rc = check_slot(s, &state, slot_confirmed)) != STREAM_OK)
             goto fail;
+        record_slot(s, *slot_confirmed);
     }
     if (start < *slot_confirmed)
         start = *slot_confirmed;

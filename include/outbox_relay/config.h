@@ -57,6 +57,7 @@ struct relay_config {
     double max_age;            /* `status` threshold, seconds */
     double takeover_after;     /* seconds, 0 = never terminate a holder */
     bool failover_slot;
+    bool recreate_slot;
     bool backfill_pending;     /* --backfill pending */
     enum log_level log_level;
     enum log_format log_format;

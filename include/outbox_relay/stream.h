@@ -33,6 +33,8 @@ struct stream_options {
     const char *table_name;
     const char *message_prefix; /* "" or NULL: no logical messages */
     bool create_slot;           /* create the slot when it does not exist */
+    bool recreate_slot;         /* create it even though outbox_relay_slots
+                                   says an earlier one was dropped or lost */
     bool failover_slot;         /* create it with FAILOVER (PostgreSQL 17+) */
     double takeover_after;      /* > 0: terminate a walsender holding the slot
                                    whose client has been silent this long */

@@ -241,3 +241,30 @@ def test_backfill_interrupted_is_redone(pg, broker, relayer):
     time.sleep(1)
     assert p.terminate() == 0
     assert pg.slot_info() is None, "an unfinished backfill must not leave its slot behind"
+
+
+def test_recreate_slot_is_an_explicit_choice(pg, broker, kafka, relayer):
+    """A slot outbox-relay created and that is gone is not recreated by a
+    plain restart; --recreate-slot --backfill pending recreates it and
+    republishes the rows still in the table, so the gap is covered."""
+    args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--status-interval", "0.5"]
+    p = relayer(*args)
+    p.wait_for_log(r"streaming public\.events_outbox", timeout=30)
+    pg.query("INSERT INTO events_outbox (aggregate_id, type, payload) "
+             "VALUES (gen_random_uuid(), 'order.before', '{}')")
+    assert len(kafka.read("order", expected=1, timeout=30)) == 1
+    assert p.terminate() == 0
+    pg.drop_slot()
+    gap = str(pg.scalar("INSERT INTO events_outbox (aggregate_id, type, payload) "
+                        "VALUES (gen_random_uuid(), 'order.gap', '{}') RETURNING id"))
+
+    p = relayer(*args)
+    assert p.wait_exit(30) == 1
+    assert "--recreate-slot" in p.log_text()
+    assert pg.slot_info() is None
+
+    p = relayer(*(args + ["--recreate-slot", "--backfill", "pending"]))
+    p.wait_for_log(r"streaming public\.events_outbox", timeout=30)
+    ids = [m.headers["event_id"] for m in kafka.read("order", expected=3, timeout=30)]
+    assert gap in ids
+    assert p.terminate() == 0
