@@ -16,6 +16,9 @@ PostgreSQL, the mock broker and the built binary.
                                          JSON log format, a PostgreSQL restart and a
                                          broker outage: no secret, raw or URI-encoded,
                                          in any line
+  test_kafka_tls_misconfiguration_is_reported
+                                         missing CA file: exit 2; TLS to a plaintext
+                                         broker: handshake error, nothing confirmed
   test_usage_errors_do_not_echo_secrets  --help, bad flags, bad DSNs, bad -X, a bad config
                                          line, secrets in the environment: no secret on
                                          stdout or stderr
@@ -337,6 +340,30 @@ def test_secrets_not_logged_under_stress(pg_factory, broker, kafka, relayer, var
         for line in log.splitlines():
             if line.startswith("{"):
                 json.loads(line)
+
+
+def test_kafka_tls_misconfiguration_is_reported(pg, broker, kafka, relayer):
+    """The mock broker speaks neither TLS nor SASL, so what can be tested of
+    Kafka TLS is its failures: a CA file that does not exist stops the
+    relayer at start (exit 2, naming the property, no slot); TLS towards a
+    plaintext broker logs the handshake failure, delivers nothing and
+    confirms nothing past the undelivered event."""
+    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap,
+                "-X", "security.protocol=ssl", "-X", "ssl.ca.location=/nonexistent/ca.pem")
+    assert r.wait_exit(20) == 2, r.log_tail()
+    assert "ssl.ca.location" in r.log_text(), r.log_tail()
+    assert pg.slot_info() is None
+
+    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--status-interval", STATUS,
+                "--shutdown-timeout", "1", "-X", "security.protocol=ssl")
+    wait_streaming(pg, r)
+    insert_events(pg, "tlsk.event", 1)
+    after = harness.lsn_to_int(pg.scalar("SELECT pg_current_wal_insert_lsn()"))
+    r.wait_for_log(r"SSL handshake failed|ssl.*(handshake|record|wrong version)", timeout=30)
+    time.sleep(2)
+    assert pg.confirmed_flush_lsn() < after, "confirmed past an undelivered event"
+    assert kafka.read("tlsk", timeout=3, wait_topic=False) == []
+    r.terminate()
 
 
 def test_usage_errors_do_not_echo_secrets(tmp_path):
