@@ -110,15 +110,13 @@ def test_slot_dropped_while_in_use_is_fatal(pg, broker, kafka, relayer):
 
 
 def test_supervisor_restart_after_slot_drop_loses_nothing(pg, broker, kafka, relayer):
-    """BUG (open, see docs/failure-modes.md): the relayer refuses to recreate
-    a slot dropped under it, but a supervisor restarts it after exit 1
-    (docker/outbox-relay.service: Restart=on-failure) and a fresh process
-    treats the missing slot as a first start: it creates a new one at the
-    current WAL position with only a warning, so events committed between
-    the drop and the restart are never relayed. What the promise ("never a
-    silent recreate", "nothing committed is lost") needs: the restarted
-    relayer either refuses again (exit non-zero, no slot) or publishes
-    those events (e.g. backfills from the table)."""
+    """The relayer refuses to recreate a slot dropped under it, but a
+    supervisor restarts it after exit 1 (docker/outbox-relay.service:
+    Restart=on-failure). The fresh process must not take the missing slot
+    for a first start and create a new one at the current WAL position,
+    skipping the events committed since: it either refuses again (exit
+    non-zero, no slot) or publishes those events. (This failed until the
+    relayer started to remember its slots in public.outbox_relay_slots.)"""
     r = start_relay(relayer, pg, broker)
     ob = Outbox(pg)
     a = ob.one("sup.before")
@@ -135,6 +133,7 @@ def test_supervisor_restart_after_slot_drop_loses_nothing(pg, broker, kafka, rel
     if not r2.running():
         assert r2.returncode not in (0, None), r2.log_tail()
         assert pg.slot_info(SLOT) is None, "exited but left a new slot behind"
+        print("restart refused: %s" % fatal_line(r2, SLOT))
         return
     marker = ob.one("sup.after")
     got = read_ids(kafka, "sup", gap.ids + marker.ids, timeout=30)
