@@ -62,7 +62,7 @@ static int cmd_run(const struct relay_config *cfg, bool *cfg_borrowed)
         log_error("%s", err);
         goto out;
     }
-    maint = maint_start(cfg, metrics, err, sizeof err);
+    maint = maint_start(cfg, &stop_requested, metrics, err, sizeof err);
     if (maint == NULL) {
         log_error("%s", err);
         goto out;

@@ -40,7 +40,7 @@ struct maint {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     atomic_bool stop;
-    volatile sig_atomic_t *signal_stop; /* maint_reap_once: the signal flag */
+    volatile sig_atomic_t *signal_stop; /* the signal handlers' flag, may be NULL */
     bool once;                          /* maint_reap_once: always report */
     bool done;        /* under mu: the thread has finished */
     PGcancel *cancel; /* under mu: for the connection in use */
@@ -66,7 +66,8 @@ static bool stopping(struct maint *mt)
     return atomic_load(&mt->stop) || (mt->signal_stop != NULL && *mt->signal_stop);
 }
 
-/* Sleeps until the monotonic time `until` or a stop request. */
+/* Sleeps until the monotonic time `until` or a stop request. maint_stop()
+ * wakes it at once; a signal only sets a flag, seen within 0.2 s. */
 static void sleep_until(struct maint *mt, double until)
 {
     pthread_mutex_lock(&mt->mu);
@@ -77,6 +78,8 @@ static void sleep_until(struct maint *mt, double until)
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         double left = until - now;
+        if (left > 0.2)
+            left = 0.2;
         ts.tv_sec += (time_t) left;
         ts.tv_nsec += (long) ((left - (double) (time_t) left) * 1e9);
         if (ts.tv_nsec >= 1000000000L) {
@@ -374,8 +377,8 @@ static void maint_free(struct maint *mt)
     free(mt);
 }
 
-struct maint *maint_start(const struct relay_config *cfg, struct metrics *metrics, char *err,
-                          size_t errlen)
+struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t *stop,
+                          struct metrics *metrics, char *err, size_t errlen)
 {
     struct maint *mt = calloc(1, sizeof *mt);
     if (mt == NULL) {
@@ -384,6 +387,7 @@ struct maint *maint_start(const struct relay_config *cfg, struct metrics *metric
     }
     mt->cfg = cfg;
     mt->m = metrics;
+    mt->signal_stop = stop;
     atomic_init(&mt->stop, false);
     /* Quoted for to_regclass; the parts were validated as plain
      * identifiers by the configuration. */

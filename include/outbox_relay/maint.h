@@ -43,10 +43,12 @@ struct maint;
 struct metrics;
 
 /* Starts the thread. cfg and metrics (may be NULL) are borrowed and must
- * outlive it (until maint_stop returns true). Returns NULL with a message in
- * err when the thread cannot be created. */
-struct maint *maint_start(const struct relay_config *cfg, struct metrics *metrics, char *err,
-                          size_t errlen);
+ * outlive it (until maint_stop returns true). stop (may be NULL) is the
+ * signal handlers' flag: once set, the thread winds down by itself (a
+ * reaper wait ends at once) while the relay drains its deliveries. Returns
+ * NULL with a message in err when the thread cannot be created. */
+struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t *stop,
+                          struct metrics *metrics, char *err, size_t errlen);
 
 /* Asks the thread to stop, cancels a running query, and waits up to
  * timeout seconds for it to end; then frees everything. Returns false when
