@@ -184,10 +184,15 @@ static const char esc_char[256] = {
     ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
 };
 
-/* Eight bytes at a time (SWAR) on little-endian machines: a word with 0x80
- * in each byte that is '"', '\\' or < 0x20. Exact per byte (no borrow from
- * one byte into the next: adding 0x7F or 0x60 to a 7-bit value stays in its
- * byte), so every flagged byte of a word can be visited without reloading. */
+/* Block scanning (GCC/Clang, little-endian; -DW2J_NO_SWAR turns it off to
+ * test the portable byte loops). A block yields a mask of the bytes that
+ * stop a string ('"', '\\', < 0x20) or, for unescaping, of backslashes:
+ * with SSE2 16 bytes and one bit per byte, otherwise an 8-byte word with
+ * the high bit of each flagged byte (SWAR). The word masks are exact per
+ * byte (adding 0x7F or 0x60 to a 7-bit value never carries into the next
+ * byte), so every flagged byte of a block can be visited without reloading.
+ * Measured on a typical insert line (~770 bytes, 58 escapes in the
+ * payload), SSE2 blocks take about a quarter less time than 8-byte words. */
 #define ONES 0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL
 #define LOW7S 0x7F7F7F7F7F7F7F7FULL
@@ -209,17 +214,46 @@ static inline uint64_t eq_mask(uint64_t w, unsigned char c)
     return ~(((x & LOW7S) + LOW7S) | x) & HIGHS;
 }
 
-static inline uint64_t stop_mask(uint64_t w)
-{
-    uint64_t ctl = ~(((w & LOW7S) + ONES * 0x60) | w) & HIGHS;
-    return eq_mask(w, '"') | eq_mask(w, '\\') | ctl;
-}
-
 /* Index of the first flagged byte of a non-zero mask. */
 static inline size_t first_byte(uint64_t m)
 {
     return (size_t) __builtin_ctzll(m) >> 3;
 }
+
+/* String scanning: SSE2 where the compiler targets it (every x86-64). */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define SCAN_BLOCK 16
+#define SCAN_BIT 1
+static inline uint64_t scan_mask(const char *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *) (const void *) p);
+    __m128i q = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    __m128i b = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    __m128i c = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v); /* v <= 0x1F */
+    return (uint64_t) (unsigned) _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(q, b), c));
+}
+
+static inline size_t scan_first(uint64_t m)
+{
+    return (size_t) __builtin_ctzll(m);
+}
+#else
+#define SCAN_BLOCK 8
+#define SCAN_BIT 8
+/* High bit set in each byte that is '"', '\\' or < 0x20. */
+static inline uint64_t scan_mask(const char *p)
+{
+    uint64_t w = load8(p);
+    uint64_t ctl = ~(((w & LOW7S) + ONES * 0x60) | w) & HIGHS;
+    return eq_mask(w, '"') | eq_mask(w, '\\') | ctl;
+}
+
+static inline size_t scan_first(uint64_t m)
+{
+    return first_byte(m);
+}
+#endif
 #else
 #define W2J_SWAR 0
 #endif
@@ -234,10 +268,10 @@ static W2J_INLINE int scan_string(struct scan *sc, struct w2j_value *out)
 
     for (;;) {
 #if W2J_SWAR
-        if (W2J_LIKELY(len - i >= 8)) {
-            uint64_t m = stop_mask(load8(s + i));
+        if (W2J_LIKELY(len - i >= SCAN_BLOCK)) {
+            uint64_t m = scan_mask(s + i);
             if (m == 0) {
-                i += 8;
+                i += SCAN_BLOCK;
                 continue;
             }
             /* Visit the flagged bytes of this word: the closing quote ends
@@ -246,12 +280,12 @@ static W2J_INLINE int scan_string(struct scan *sc, struct w2j_value *out)
              * update depends on the mask alone (not on tzcnt or on a loaded
              * byte), which keeps escape-dense payloads fast. */
             for (;;) {
-                size_t k = first_byte(m);
+                size_t k = scan_first(m);
                 p = i + k;
                 if (s[p] != '\\')
                     goto stop;
                 escaped = true;
-                if (W2J_UNLIKELY(k == 7)) { /* the escaped byte is in the next word */
+                if (W2J_UNLIKELY(k == SCAN_BLOCK - 1)) { /* escaped byte in the next block */
                     i = p;
                     goto escape;
                 }
@@ -261,9 +295,9 @@ static W2J_INLINE int scan_string(struct scan *sc, struct w2j_value *out)
                     goto escape;
                 }
                 uint64_t low = m & (~m + 1);
-                m &= ~(low | low << 8); /* the backslash and the byte it escapes */
+                m &= ~(low | low << SCAN_BIT); /* the backslash and the byte it escapes */
                 if (m == 0) {
-                    i += 8;
+                    i += SCAN_BLOCK;
                     break;
                 }
             }
@@ -920,6 +954,48 @@ int w2j_unescape(const struct w2j_value *v, char *dst, size_t dstcap, size_t *ou
         return 0;
     }
     while (i < n) {
+#if W2J_SWAR && defined(__SSE2__)
+        /* 16 bytes at a time, as the scanner does; the tail of the block
+         * after an escape is copied by reloading from the source (SSE2 has
+         * no variable byte shift). Needs 32 bytes of input and of room. */
+        if (n - i >= 32 && dstcap - o >= 32) {
+            __m128i blk = _mm_loadu_si128((const __m128i *) (const void *) (s + i));
+            uint64_t m = (unsigned) _mm_movemask_epi8(_mm_cmpeq_epi8(blk, _mm_set1_epi8('\\')));
+            size_t from = 0, k;
+            char c;
+            _mm_storeu_si128((__m128i *) (void *) (dst + o), blk);
+            if (m == 0) {
+                i += 16;
+                o += 16;
+                continue;
+            }
+            for (;;) {
+                k = (size_t) __builtin_ctzll(m);
+                o += k - from;
+                if (k == 15 || (c = esc_char[(unsigned char) s[i + k + 1]]) == 0)
+                    break; /* escape at i + k: the byte path */
+                dst[o++] = c;
+                from = k + 2;
+                if (from == 16) {
+                    k = 16;
+                    break;
+                }
+                _mm_storeu_si128((__m128i *) (void *) (dst + o),
+                                 _mm_loadu_si128((const __m128i *) (const void *) (s + i + from)));
+                uint64_t low = m & (~m + 1);
+                m &= ~(low | low << 1);
+                if (m == 0) {
+                    o += 16 - from;
+                    k = 16;
+                    break;
+                }
+            }
+            i += k;
+            if (k == 16)
+                continue;
+            goto escape;
+        }
+#endif
 #if W2J_SWAR
         /* A word at a time: runs are copied with 8-byte stores (the bytes a
          * store writes past a run are overwritten by what follows, hence
@@ -972,6 +1048,9 @@ int w2j_unescape(const struct w2j_value *v, char *dst, size_t dstcap, size_t *ou
                 break;
         }
         /* s[i] is a backslash. */
+#if W2J_SWAR && defined(__SSE2__)
+    escape:
+#endif
         if (n - i < 2)
             return -1;
         char c = esc_char[(unsigned char) s[i + 1]];
