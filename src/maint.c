@@ -52,6 +52,7 @@ struct maint {
     bool heartbeat_off;
     bool in_tick;
     double last_conn_warn;
+    double last_query_warn;
 };
 
 static double mono_now(void)
@@ -163,8 +164,15 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
     char msg[512];
     snprintf(msg, sizeof msg, "%s", PQerrorMessage(mt->conn));
     one_line(msg);
-    if (!stopping(mt))
+    /* A poll that fails every 2 s (say, --dsn points at a standby) warns
+     * once a minute, not every time. */
+    double now = mono_now();
+    if (!stopping(mt) && now - mt->last_query_warn >= WARN_EVERY) {
         log_warn("maintenance: %s failed: %s", what, msg);
+        mt->last_query_warn = now;
+    } else {
+        log_debug("maintenance: %s failed: %s", what, msg);
+    }
     PQclear(res);
     return NULL;
 }
@@ -217,8 +225,21 @@ static void heartbeat(struct maint *mt)
     PQclear(res);
 }
 
-/* Does whichever of poll and heartbeat is due. Inside a transaction (the
- * reaper's), each runs under a savepoint so a failure cannot abort it. */
+/* Runs fn; inside a transaction (the reaper's) under a savepoint, so that
+ * its failure cannot abort the reaper's work. */
+static void guarded(struct maint *mt, bool in_tx, void (*fn)(struct maint *))
+{
+    if (in_tx)
+        PQclear(PQexec(mt->conn, "SAVEPOINT outbox_relay_maint"));
+    fn(mt);
+    if (in_tx && PQstatus(mt->conn) == CONNECTION_OK) {
+        if (PQtransactionStatus(mt->conn) == PQTRANS_INERROR)
+            PQclear(PQexec(mt->conn, "ROLLBACK TO SAVEPOINT outbox_relay_maint"));
+        PQclear(PQexec(mt->conn, "RELEASE SAVEPOINT outbox_relay_maint"));
+    }
+}
+
+/* Does whichever of poll and heartbeat is due. */
 static void run_due(struct maint *mt)
 {
     double now = mono_now();
@@ -231,22 +252,15 @@ static void run_due(struct maint *mt)
     if (ts != PQTRANS_IDLE && ts != PQTRANS_INTRANS)
         return;
     bool in_tx = ts == PQTRANS_INTRANS;
-    if (in_tx)
-        PQclear(PQexec(mt->conn, "SAVEPOINT outbox_relay_maint"));
     if (hb_due) {
-        heartbeat(mt);
+        guarded(mt, in_tx, heartbeat);
         mt->next_heartbeat += mt->cfg->heartbeat_interval;
         if (mt->next_heartbeat < now)
             mt->next_heartbeat = now + mt->cfg->heartbeat_interval;
     }
-    if (poll_due) {
-        poll_slot(mt);
+    if (poll_due && PQstatus(mt->conn) == CONNECTION_OK) {
+        guarded(mt, in_tx, poll_slot);
         mt->next_poll = now + MAINT_POLL_INTERVAL;
-    }
-    if (in_tx && PQstatus(mt->conn) == CONNECTION_OK) {
-        if (PQtransactionStatus(mt->conn) == PQTRANS_INERROR)
-            PQclear(PQexec(mt->conn, "ROLLBACK TO SAVEPOINT outbox_relay_maint"));
-        PQclear(PQexec(mt->conn, "RELEASE SAVEPOINT outbox_relay_maint"));
     }
 }
 
@@ -388,6 +402,7 @@ struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t 
     mt->cfg = cfg;
     mt->m = metrics;
     mt->signal_stop = stop;
+    mt->last_conn_warn = mt->last_query_warn = -WARN_EVERY; /* the first one is said */
     atomic_init(&mt->stop, false);
     /* Quoted for to_regclass; the parts were validated as plain
      * identifiers by the configuration. */
@@ -452,7 +467,8 @@ bool maint_stop(struct maint *mt, double timeout)
 
 int maint_reap_once(const struct relay_config *cfg, volatile sig_atomic_t *stop)
 {
-    struct maint mt = {.cfg = cfg, .signal_stop = stop, .once = true};
+    struct maint mt = {.cfg = cfg, .signal_stop = stop, .once = true,
+                       .last_conn_warn = -WARN_EVERY, .last_query_warn = -WARN_EVERY};
     char err[512];
     int rc;
 
