@@ -4,7 +4,10 @@
 -- the outbox are all the reaper and the status command need. It is not a
 -- superuser and cannot write business tables. Set its password separately:
 --   ALTER ROLE outbox_relay PASSWORD '...';
--- and allow it in pg_hba.conf for both "replication" and the database.
+-- and allow it in pg_hba.conf for the database that holds the outbox: a
+-- logical replication connection is matched by its database name, so no
+-- "replication" line is needed (that one would also allow pg_basebackup,
+-- i.e. reading every file of the cluster).
 
 DO $$
 BEGIN

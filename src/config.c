@@ -191,7 +191,11 @@ static int set_kafka_kv(struct relay_config *cfg, const char *kv, const char *so
 {
     const char *eq = strchr(kv, '=');
     if (eq == NULL) {
-        snprintf(err, errlen, "%s: -X expects property=value, got \"%s\"", source, kv);
+        if (config_safe_to_echo(kv))
+            snprintf(err, errlen, "%s: -X expects property=value, got \"%s\"", source, kv);
+        else
+            snprintf(err, errlen, "%s: -X expects property=value, got an argument without "
+                     "'=' (not shown: it may hold a secret)", source);
         return -1;
     }
     return set_kafka(cfg, kv, (size_t) (eq - kv), eq + 1, err, errlen);
@@ -385,6 +389,17 @@ static void print_help(const char *prog)
            "2 on bad usage or configuration.\n");
 }
 
+bool config_safe_to_echo(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 40)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char) s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
+            return false;
+    return true;
+}
+
 int config_check_slot_name(const char *name, char *err, size_t errlen)
 {
     size_t n = strlen(name);
@@ -431,8 +446,14 @@ int config_check_topic_template(const char *tmpl, char *err, size_t errlen)
             return -1;
         }
         if (!topic_char_ok(*p)) {
-            snprintf(err, errlen, "topic template \"%s\": '%c' is not allowed in Kafka topic "
-                     "names (use letters, digits, '.', '_' and '-')", tmpl, *p);
+            unsigned char c = (unsigned char) *p;
+            char what[16];
+            if (c > 0x20 && c < 0x7f)
+                snprintf(what, sizeof what, "'%c'", c);
+            else
+                snprintf(what, sizeof what, "byte 0x%02X", c);
+            snprintf(err, errlen, "topic template: %s is not allowed in Kafka topic names "
+                     "(use letters, digits, '.', '_' and '-')", what);
             return -1;
         }
     }
@@ -535,10 +556,15 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
                  cfg->dead_letter_topic);
         return -1;
     }
+    /* wal2json prints the prefix JSON-escaped and trims it, splits its
+     * option on commas, and the prefix goes into START_REPLICATION inside a
+     * quoted literal: only characters that come back from the server exactly
+     * as they were asked for. */
     for (const char *p = cfg->message_prefix; *p; p++) {
-        if (!isprint((unsigned char) *p) || *p == '\'' || *p == '\\' || *p == ',') {
-            snprintf(err, errlen, "--message-prefix may not contain quotes, backslashes, "
-                     "commas or control characters");
+        if (!isgraph((unsigned char) *p) || strchr("'\"\\,*", *p) != NULL) {
+            snprintf(err, errlen, "--message-prefix may only contain printable ASCII without "
+                     "spaces, quotes, backslashes, commas or '*' (\"\" turns logical messages "
+                     "off)");
             return -1;
         }
     }
@@ -644,8 +670,13 @@ static int load_args(struct relay_config *cfg, int argc, char **argv, char *err,
         else if (strcmp(argv[1], "status") == 0)
             cfg->command = RELAY_CMD_STATUS;
         else {
-            snprintf(err, errlen, "unknown command \"%s\" (expected run, reap or status; "
-                     "see --help)", argv[1]);
+            if (config_safe_to_echo(argv[1]))
+                snprintf(err, errlen, "unknown command \"%s\" (expected run, reap or status; "
+                         "see --help)", argv[1]);
+            else
+                snprintf(err, errlen, "unknown command in the first argument (expected run, "
+                         "reap or status, or an option starting with --; not shown: it may "
+                         "hold a secret)");
             return -1;
         }
         i = 2;
@@ -673,7 +704,11 @@ static int load_args(struct relay_config *cfg, int argc, char **argv, char *err,
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
+            if (config_safe_to_echo(a))
+                snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
+            else
+                snprintf(err, errlen, "unexpected argument #%d (options start with --; not "
+                         "shown: it may hold a secret; see --help)", i);
             return -1;
         }
         const char *name = a + 2, *eq = strchr(name, '=');

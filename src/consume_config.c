@@ -4,6 +4,7 @@
  * secret rules and topic-name checks are config.c's.
  */
 #include "outbox_relay/consume_config.h"
+#include "outbox_relay/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -264,8 +265,11 @@ static int load_args(struct consume_config *cfg, int argc, char **argv, char *er
             const char *kv = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
             const char *eq = kv ? strchr(kv, '=') : NULL;
             if (eq == NULL) {
-                snprintf(err, errlen, "-X expects property=value%s%s%s", kv ? ", got \"" : "",
-                         kv ? kv : "", kv ? "\"" : "");
+                if (kv != NULL && config_safe_to_echo(kv))
+                    snprintf(err, errlen, "-X expects property=value, got \"%s\"", kv);
+                else
+                    snprintf(err, errlen, "-X expects property=value%s", kv ? " (the argument "
+                             "is not shown: it may hold a secret)" : "");
                 return -1;
             }
             if (set_kafka(cfg, kv, (size_t) (eq - kv), eq + 1, err, errlen) < 0)
@@ -273,7 +277,11 @@ static int load_args(struct consume_config *cfg, int argc, char **argv, char *er
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
+            if (config_safe_to_echo(a))
+                snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
+            else
+                snprintf(err, errlen, "unexpected argument #%d (options start with --; not "
+                         "shown: it may hold a secret; see --help)", i);
             return -1;
         }
         const char *name = a + 2, *eq = strchr(name, '=');

@@ -110,6 +110,24 @@ static size_t json_escape(char *out, size_t cap, const char *s)
     return n;
 }
 
+/* Copies s to out with control characters written as \n, \r, \t or \xNN. */
+static void text_escape(char *out, size_t cap, const char *s)
+{
+    size_t n = 0;
+    for (; *s != '\0' && n + 5 < cap; s++) {
+        unsigned char c = (unsigned char) *s;
+        if (c >= 0x20 && c != 0x7f) {
+            out[n++] = (char) c;
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            out[n++] = '\\';
+            out[n++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else {
+            n += (size_t) snprintf(out + n, cap - n, "\\x%02x", c);
+        }
+    }
+    out[n] = '\0';
+}
+
 void log_vmsg(enum log_level level, const char *fmt, va_list ap)
 {
     if (!log_enabled(level))
@@ -139,7 +157,11 @@ void log_vmsg(enum log_level level, const char *fmt, va_list ap)
         snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts,
                  level_names[level], esc);
     } else {
-        snprintf(line, sizeof line, "%s %-5s %s\n", ts, level_names[level], msg);
+        /* One event, one line: control characters (a newline in an event
+         * type, say) are escaped so nothing can forge a log line. */
+        char esc[2 * LOG_LINE_MAX];
+        text_escape(esc, sizeof esc, msg);
+        snprintf(line, sizeof line, "%s %-5s %s\n", ts, level_names[level], esc);
     }
     fputs(line, stderr);
     fflush(stderr);

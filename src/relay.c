@@ -110,7 +110,7 @@ static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const c
     r->stats.dead_lettered++;
     if (r->metrics)
         metrics_dead_lettered(r->metrics);
-    log_warn("event_id=%s type=%s lsn=%s: poison event sent to dead-letter topic %s: %s",
+    log_warn("event_id=%s type=%s lsn=%s: poison event; producing it to dead-letter topic %s: %s",
              event_id, type, lsn, r->cfg->dead_letter_topic, error);
     return 0;
 }
@@ -152,7 +152,9 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
               "stays at " LSN_FMT " and nothing after this event is confirmed. %s",
               rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn), rep->errstr,
               LSN_ARGS(tracker_confirmed(r->tracker)),
-              rep->poison ? "Fix the cause and restart, or run with --on-poison dead-letter"
+              rep->poison && r->cfg->on_poison == POISON_HALT
+                  ? "Fix the cause and restart, or run with --on-poison dead-letter"
+              : rep->poison ? "The dead-letter topic refused it too: fix the cause and restart"
                           : "Restart to send it again (if message.timeout.ms is set, leave it "
                             "at 0 so outages make deliveries wait instead of fail)");
 }
@@ -306,12 +308,14 @@ static void produce_event(struct relay *r, const struct outbox_event *ev, uint64
     if (rc == SINK_FULL)
         return; /* stopping; unconfirmed, so it is sent again next run */
     if (rc == SINK_POISON && r->cfg->on_poison == POISON_DEAD_LETTER) {
-        char type[256];
-        snprintf(type, sizeof type, "%.*s", (int) ev->type_len, ev->type ? ev->type : "");
-        if (dead_letter(r, token, ev->lsn, ev->event_id, type, sink_last_topic(r->sink),
-                        ev->aggregate_id,
-                        ev->aggregate_id_len, ev->payload, ev->payload_len,
-                        sink_errstr(r->sink)) == 0)
+        char *type = strndup(ev->type ? ev->type : "", ev->type_len);
+        int dl = type ? dead_letter(r, token, ev->lsn, ev->event_id, type,
+                                    sink_last_topic(r->sink), ev->aggregate_id,
+                                    ev->aggregate_id_len, ev->payload, ev->payload_len,
+                                    sink_errstr(r->sink))
+                      : -1;
+        free(type);
+        if (dl == 0)
             return;
     }
     set_fatal(r, "slot=%s lsn=" LSN_FMT ": cannot produce: %s; nothing from here on is "

@@ -85,6 +85,11 @@ const char *config_kafka_get(const struct relay_config *cfg, const char *key);
  * properties) with the logger so they are scrubbed from every line. */
 void config_register_secrets(const struct relay_config *cfg);
 
+/* True when a user-typed word may be quoted back in an error message: a
+ * short run of [A-Za-z0-9._-]. Anything else (a mistyped DSN, a
+ * `-X sasl.password:…`) may hold a secret and is not echoed. */
+bool config_safe_to_echo(const char *s);
+
 /* Validates a replication slot name (PostgreSQL's rule: 1-63 of [a-z0-9_]).
  * Returns 0, or -1 with a message in err. */
 int config_check_slot_name(const char *name, char *err, size_t errlen);
