@@ -20,10 +20,12 @@
  * The time lag is pg_stat_replication.flush_lag of the slot's walsender.
  * PostgreSQL 15 fills it for logical walsenders (wal2json included): the
  * time from when the walsender sent WAL to when the relayer confirmed it,
- * growing while nothing is confirmed. Reading it needs pg_read_all_stats
- * (or superuser); without it, or while the walsender has no sample yet,
- * the time lag is "unknown" and --max-age is not checked — the output says
- * so.
+ * growing while nothing is confirmed. It is sampled: at most one commit a
+ * second gets a timing sample, so a lone stuck commit right after another
+ * one can go unseen (docs/operations.md). Reading it needs
+ * pg_read_all_stats (or superuser); without it, or while the walsender has
+ * no sample yet, the time lag is "unknown" and --max-age is not checked —
+ * the output says so.
  */
 #ifndef OUTBOX_RELAY_STATUS_H
 #define OUTBOX_RELAY_STATUS_H

@@ -503,7 +503,25 @@ def test_status_exit_codes(pg, broker, kafka, relayer, relay_args, relayer_binar
     assert out["confirm_lag"].endswith("(pg_stat_replication.flush_lag)"), out
     assert "age" in out["oldest_row"]
 
+    # The least-privilege role of sql/003 cannot read the walsender's
+    # timings: the time lag is unknown, said so, and not held against it.
+    r = cli(relayer_binary, "status", "--dsn", pg.dsn(user="outbox_relay"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "confirm_lag      unknown (pg_stat_replication details need pg_read_all_stats)" \
+        in r.stdout, r.stdout
+    assert "warning: --max-age not checked" in r.stdout, r.stdout
+    pg.query("GRANT pg_read_all_stats TO outbox_relay")
+    # Right after the GRANT's own commit the walsender may have no sample
+    # ("unknown … no timing sample yet"): wait for the relayer to confirm it.
+    wait_until(lambda: "(pg_stat_replication.flush_lag)" in cli(
+        relayer_binary, "status", "--dsn", pg.dsn(user="outbox_relay")).stdout, 15, interval=0.5,
+        message="flush_lag readable with pg_read_all_stats")
+
     broker.cmd("down")
+    # The walsender samples commit times for flush_lag at most once a second
+    # (WALSND_LOGICAL_LAG_TRACK_INTERVAL_MS): a commit within a second of the
+    # GRANT above would not be sampled and flush_lag would not grow.
+    time.sleep(1.5)
     insert(pg, 3)
     time.sleep(3)
     r = cli(relayer_binary, "status", "--dsn", pg.dsn(), "--max-lag-bytes", "1")
