@@ -224,10 +224,21 @@ lsn_t tracker_confirmed(const struct tracker *t)
 
 void tracker_idle(struct tracker *t, lsn_t lsn)
 {
-    /* Not in a transaction, so every group is closed, and an empty ring
-     * means nothing is pending. */
-    if (!t->in_tx && t->count == 0)
+    /* Outside a transaction a keepalive is like an empty transaction at its
+     * position: everything before it has been received, so it may be
+     * confirmed as soon as everything before it is delivered — at once with
+     * nothing in flight, else together with the newest group (which is
+     * closed, as no transaction is open). Inside a transaction the commit
+     * that follows is later anyway. */
+    if (t->in_tx)
+        return;
+    if (t->count == 0) {
         raise_confirmed(t, lsn);
+    } else {
+        struct group *g = newest(t);
+        if (lsn > g->end_lsn)
+            g->end_lsn = lsn;
+    }
 }
 
 size_t tracker_pending(const struct tracker *t)

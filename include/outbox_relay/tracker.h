@@ -72,9 +72,10 @@ int tracker_ack(struct tracker *t, uint64_t token);
 /* The position that may be confirmed now. Never moves backwards. */
 lsn_t tracker_confirmed(const struct tracker *t);
 
-/* The server says it has sent everything up to lsn (keepalive). When no
- * transaction is open and nothing is pending, confirms lsn too, so an idle
- * outbox never holds WAL back. */
+/* The server says it has sent everything up to lsn (keepalive). Outside a
+ * transaction that position becomes confirmable once everything received
+ * before it is delivered (at once when nothing is pending), so an idle
+ * outbox never holds WAL back, also after an outage drains. */
 void tracker_idle(struct tracker *t, lsn_t lsn);
 
 /* Events produced and not yet acknowledged. */
