@@ -9,11 +9,11 @@
 -- outbox, create this layout under another name and swap in a maintenance
 -- window; the relayer does not care how the rows got there.
 --
--- WARNING — relaying: wal2json reports each change under the name of the
--- partition that holds the row (public.events_outbox_2026_11), not the
--- parent's. A relayer that matches changes by the exact --table name does
--- not see them. Check that your build relays partitions (docs/operations.md,
--- "Partitioned outbox") before you put events in this layout.
+-- Relaying: wal2json reports each change under the name of the partition
+-- that holds the row (public.events_outbox_2026_11), not the parent's. The
+-- relayer notices that --table is partitioned, asks the server for every
+-- table of its schema and relays the INSERTs of the outbox's leaf
+-- partitions (each new partition name is looked up once).
 --
 -- Layout
 --   * one partition per month (or per day: see outbox_create_partitions),

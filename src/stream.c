@@ -37,6 +37,7 @@ struct stream {
     void *on_created_ctx;
     PGconn *conn;
     bool streaming; /* START_REPLICATION succeeded on conn */
+    bool partitioned; /* the outbox table is partitioned */
     char *copybuf; /* last frame from PQgetCopyData, freed on the next read */
     char errstr[STREAM_ERRLEN];
 };
@@ -232,6 +233,38 @@ static int check_server(struct stream *s)
                     "logical: run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL",
                     level);
     return STREAM_OK;
+}
+
+/* The outbox table must exist; a partitioned one changes what we ask the
+ * server for (see stream_build_start_command). */
+static int check_table(struct stream *s)
+{
+    char *schema = PQescapeLiteral(s->conn, s->table_schema, strlen(s->table_schema));
+    char *table = PQescapeLiteral(s->conn, s->table_name, strlen(s->table_name));
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+             "WHERE n.nspname = %s AND c.relname = %s",
+             schema ? schema : "''", table ? table : "''");
+    PQfreemem(schema);
+    PQfreemem(table);
+    PGresult *res = query(s, sql, "looking up the outbox table");
+    if (res == NULL)
+        return error_rc(s);
+    int rc = STREAM_OK;
+    if (PQntuples(res) == 0)
+        rc = fail(s, STREAM_FATAL, "the outbox table %s.%s does not exist in this database: "
+                  "create it (sql/001_outbox.sql) or name another with --table",
+                  s->table_schema, s->table_name);
+    else
+        s->partitioned = strcmp(PQgetvalue(res, 0, 0), "p") == 0;
+    PQclear(res);
+    return rc;
+}
+
+bool stream_outbox_partitioned(const struct stream *s)
+{
+    return s->partitioned;
 }
 
 enum slot_state { SLOT_MISSING, SLOT_READY };
@@ -487,7 +520,10 @@ int stream_build_start_command(const struct stream_options *opts, lsn_t start, c
     if (w < 0 || (size_t) w >= cap)
         return -1;
     size_t n = (size_t) w;
-    snprintf(tables, sizeof tables, "%s.%s", opts->table_schema, opts->table_name);
+    if (opts->partitioned)
+        snprintf(tables, sizeof tables, "%s.*", opts->table_schema);
+    else
+        snprintf(tables, sizeof tables, "%s.%s", opts->table_schema, opts->table_name);
     if (append_opt(buf, cap, &n, "format-version", "2") < 0 ||
         append_opt(buf, cap, &n, "include-lsn", "1") < 0 ||
         append_opt(buf, cap, &n, "include-timestamp", "1") < 0 ||
@@ -508,7 +544,8 @@ int stream_build_start_command(const struct stream_options *opts, lsn_t start, c
 static int start_replication(struct stream *s, lsn_t start)
 {
     struct stream_options o = {.slot = s->slot, .table_schema = s->table_schema,
-                               .table_name = s->table_name, .message_prefix = s->message_prefix};
+                               .table_name = s->table_name, .message_prefix = s->message_prefix,
+                               .partitioned = s->partitioned};
     char cmd[1024];
     if (stream_build_start_command(&o, start, cmd, sizeof cmd) < 0)
         return fail(s, STREAM_FATAL, "slot=%s: START_REPLICATION command too long", s->slot);
@@ -552,6 +589,8 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
         if ((rc = check_server(s)) != STREAM_OK)
             goto fail;
     }
+    if ((rc = check_table(s)) != STREAM_OK)
+        goto fail;
 
     enum slot_state state;
     if ((rc = check_slot(s, &state, slot_confirmed)) != STREAM_OK)

@@ -32,6 +32,9 @@ struct stream_options {
     const char *table_schema;
     const char *table_name;
     const char *message_prefix; /* "" or NULL: no logical messages */
+    bool partitioned;           /* builder only: the outbox is a partitioned
+                                   table, so ask for every table of its schema
+                                   (wal2json names the leaf partition) */
     bool create_slot;           /* create the slot when it does not exist */
     bool recreate_slot;         /* create it even though outbox_relay_slots
                                    says an earlier one was dropped or lost */
@@ -92,6 +95,10 @@ bool stream_connected(const struct stream *s);
 /* True while replication is running on the connection (not while a standby
  * merely keeps its connection to look at the slot). */
 bool stream_streaming(const struct stream *s);
+
+/* True when the outbox table is partitioned (found by stream_start): its
+ * rows arrive under the names of its leaf partitions. */
+bool stream_outbox_partitioned(const struct stream *s);
 
 /* The backend pid of the walsender, for logs; 0 when not connected. */
 int stream_backend_pid(const struct stream *s);

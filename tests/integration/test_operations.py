@@ -350,9 +350,6 @@ def test_partition_drop(pg, broker, relayer, relay_args, relayer_binary):
     assert not set(jan + feb + may19 + default_old) & outbox_ids(pg)
 
 
-@pytest.mark.xfail(reason="wal2json names the leaf partition in each change; the relay matches "
-                          "the exact --table name, so a partitioned outbox is not relayed yet",
-                   strict=False)
 def test_partitioned_outbox_is_relayed(pg, broker, kafka, relayer, relay_args):
     load_partitioned_layout(pg)
     p = relayer(*relay_args)

@@ -26,6 +26,13 @@ int main(void)
     CHECK(n > 0 && strstr(buf, "add-msg-prefixes") == NULL);
     CHECK(strstr(buf, "LOGICAL 0/0 (") != NULL);
 
+    /* A partitioned outbox: every table of its schema (rows arrive under
+     * the leaf partitions' names; the relay picks the partitions). */
+    o.partitioned = true;
+    n = stream_build_start_command(&o, 0, buf, sizeof buf);
+    CHECK(n > 0 && strstr(buf, "\"add-tables\" 'public.*'") != NULL);
+    o.partitioned = false;
+
     /* Too small a buffer fails cleanly. */
     CHECK_EQ_INT(stream_build_start_command(&o, 0, buf, 40), -1);
     CHECK_DONE();
