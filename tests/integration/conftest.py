@@ -46,9 +46,9 @@ def pg_factory():
     teardown, whatever the test's outcome."""
     clusters = []
 
-    def make(settings=None, password_auth=None, load_schema=True, name="pg"):
+    def make(settings=None, password_auth=None, load_schema=True, name="pg", port=None):
         c = harness.PgCluster(settings=settings, password_auth=password_auth,
-                              load_schema=load_schema, name=name)
+                              load_schema=load_schema, name=name, port=port)
         clusters.append(c)
         return c
 
@@ -115,6 +115,9 @@ class Kafka:
 
     def partitions(self, topic, timeout=10):
         return harness.topic_partitions(self.bootstrap, topic, timeout=timeout)
+
+    def scan(self, topic, on_message, expected, timeout=60):
+        return harness.scan_messages(self.bootstrap, topic, on_message, expected, timeout=timeout)
 
     def produce(self, topic, messages, timeout=30, **conf):
         return harness.produce(self.bootstrap, topic, messages, timeout=timeout, **conf)

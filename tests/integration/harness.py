@@ -24,7 +24,6 @@ import glob
 import os
 import re
 import select
-import shlex
 import shutil
 import signal
 import socket
@@ -188,9 +187,9 @@ class PgCluster:
     can always connect). load_schema: run sql/*.sql in order after start.
     """
 
-    def __init__(self, settings=None, password_auth=None, load_schema=True, name="pg"):
+    def __init__(self, settings=None, password_auth=None, load_schema=True, name="pg", port=None):
         self.name = name
-        self.port = free_port()
+        self.port = port or free_port()
         self.settings = dict(BASE_SETTINGS)
         self.settings.update({k: str(v) for k, v in (settings or {}).items()})
         self.password_auth = password_auth
@@ -391,6 +390,17 @@ class PgCluster:
         plugin, slot_type, active, pid, lsn = rows[0]
         return dict(plugin=plugin, slot_type=slot_type, active=active, active_pid=pid,
                     confirmed_flush_lsn=lsn_to_int(lsn))
+
+    def commit_end_lsn(self, xid, since_lsn):
+        """End LSN of transaction xid's commit record (an int), found with
+        pg_walinspect between since_lsn and the flushed end of WAL; None if
+        it is not there. A slot whose confirmed_flush_lsn is >= this value
+        will not send the transaction again."""
+        self.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        return lsn_to_int(self.scalar(
+            "SELECT max(end_lsn) FROM pg_get_wal_records_info(%s::pg_lsn, pg_current_wal_flush_lsn()) "
+            "WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' AND xid = %s::xid",
+            (int_to_lsn(since_lsn), str(xid))))
 
     def create_slot(self, slot="outbox_relay", plugin="wal2json"):
         """Creates a logical slot; returns its consistent point as an int."""
@@ -767,7 +777,7 @@ def _consumer_conf(bootstrap):
             "enable.auto.commit": False,
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 100,
-            "log_level": 3}
+            "log_level": 0}
 
 
 def list_topics(bootstrap, timeout=10):
@@ -835,6 +845,39 @@ def read_messages(bootstrap, topic, expected=None, timeout=30, wait_topic=True):
         c.close()
     out.sort(key=lambda m: (m.partition, m.offset))
     return out
+
+
+def scan_messages(bootstrap, topic, on_message, expected, timeout=60):
+    """Like read_messages, for big topics: calls on_message(m) with each raw
+    confluent_kafka.Message instead of keeping them; returns the count seen
+    when `expected` arrived or the timeout passed."""
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+    deadline = time.monotonic() + timeout
+    c = Consumer(dict(_consumer_conf(bootstrap), **{"fetch.max.bytes": 52428800,
+                                                     "queued.max.messages.kbytes": 262144}))
+    n = 0
+    try:
+        while True:
+            md = c.list_topics(timeout=max(0.5, min(5, deadline - time.monotonic())))
+            tm = md.topics.get(topic)
+            if tm is not None and tm.error is None and tm.partitions:
+                break
+            if time.monotonic() >= deadline:
+                return 0
+            time.sleep(0.2)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(tm.partitions)])
+        while n < expected:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for m in c.consume(num_messages=100000, timeout=min(left, 0.5)):
+                if m.error() is not None:
+                    raise RuntimeError("consume error: %s" % m.error())
+                on_message(m)
+                n += 1
+    finally:
+        c.close()
+    return n
 
 
 def produce(bootstrap, topic, messages, timeout=30, **conf):
