@@ -1,0 +1,90 @@
+# shellcheck shell=bash
+# pglib.sh — throwaway PostgreSQL 15 clusters for shell scripts (sourced).
+#
+# The same recipe as tests/integration/harness.py: a temp dir owned by the
+# postgres user (PostgreSQL refuses to run as root), initdb with trust auth,
+# pg_ctl start on 127.0.0.1 with wal_level=logical and a Unix socket in the
+# cluster dir, then the outbox schema from sql/*.sql.
+#
+#   pgl_free_port                      print a TCP port free on 127.0.0.1
+#   pgl_start DIR PORT [-c name=value …] initdb DIR (if needed) and start it
+#   pgl_psql PORT [psql args…]         psql as postgres on that cluster
+#   pgl_load_sql PORT SQLDIR           run SQLDIR/*.sql in order
+#   pgl_stop DIR [fast|immediate]      stop it (harmless if not running)
+
+PGL_BIN=${PGL_BIN:-/usr/lib/postgresql/15/bin}
+
+pgl_free_port() {
+    local port tries=0
+    while [ $tries -lt 200 ]; do
+        port=$(( 20000 + RANDOM % 40000 ))
+        # A port nobody answers on; bash's /dev/tcp needs no extra tools.
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+        tries=$((tries + 1))
+    done
+    echo "pgl_free_port: no free port found" >&2
+    return 1
+}
+
+pgl_start() {
+    local dir=$1 port=$2
+    shift 2
+    local opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c wal_level=logical"
+    opts+=" -c max_replication_slots=10 -c max_wal_senders=10 -c wal_sender_timeout=10s"
+    opts+=" -c fsync=off -c full_page_writes=off"
+    while [ $# -gt 0 ]; do
+        if [ "$1" = "-c" ] && [ $# -ge 2 ]; then
+            opts+=" -c $2"
+            shift 2
+        else
+            echo "pgl_start: expected -c name=value, got '$1'" >&2
+            return 2
+        fi
+    done
+
+    mkdir -p "$dir"
+    chmod 755 "$dir"
+    chown postgres:postgres "$dir"
+    if [ ! -f "$dir/data/PG_VERSION" ]; then
+        runuser -u postgres -- "$PGL_BIN/initdb" -D "$dir/data" -A trust -U postgres \
+            -E UTF8 --no-locale -N >"$dir/initdb.log" 2>&1 || {
+            echo "pgl_start: initdb failed:" >&2
+            cat "$dir/initdb.log" >&2
+            return 1
+        }
+    fi
+    runuser -u postgres -- "$PGL_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" \
+        -w -t 60 -o "$opts" start >/dev/null || {
+        echo "pgl_start: PostgreSQL did not start; its log:" >&2
+        tail -n 20 "$dir/postgres.log" >&2
+        return 1
+    }
+}
+
+pgl_psql() {
+    local port=$1
+    shift
+    psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres "$@"
+}
+
+pgl_load_sql() {
+    local port=$1 sqldir=$2 f
+    for f in "$sqldir"/*.sql; do
+        PGOPTIONS="-c client_min_messages=warning" pgl_psql "$port" -f "$f" >/dev/null || {
+            echo "pgl_load_sql: $f failed" >&2
+            return 1
+        }
+    done
+}
+
+pgl_stop() {
+    local dir=$1 mode=${2:-fast}
+    [ -f "$dir/data/postmaster.pid" ] || return 0
+    runuser -u postgres -- "$PGL_BIN/pg_ctl" -D "$dir/data" -m "$mode" -w -t 30 stop \
+        >/dev/null 2>&1 ||
+        runuser -u postgres -- "$PGL_BIN/pg_ctl" -D "$dir/data" -m immediate -w -t 30 stop \
+            >/dev/null 2>&1 || true
+}
