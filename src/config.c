@@ -106,7 +106,7 @@ static const struct opt_def *find_option(const char *name, size_t len)
     return NULL;
 }
 
-static int parse_long(const char *s, long *out)
+int config_parse_long(const char *s, long *out)
 {
     char *end;
     errno = 0;
@@ -141,7 +141,7 @@ static int parse_size(const char *s, long *out)
     return 0;
 }
 
-static int parse_seconds(const char *s, double *out)
+int config_parse_seconds(const char *s, double *out)
 {
     char *end;
     errno = 0;
@@ -152,37 +152,43 @@ static int parse_seconds(const char *s, double *out)
     return 0;
 }
 
-static int set_kafka(struct relay_config *cfg, const char *key, size_t keylen,
+int config_kafka_set(struct config_kv *kv, size_t *n, const char *key, size_t keylen,
                      const char *value, char *err, size_t errlen)
 {
     if (keylen == 0) {
         snprintf(err, errlen, "empty librdkafka property name (use -X name=value)");
         return -1;
     }
-    for (size_t i = 0; i < cfg->nkafka; i++) {
-        if (strlen(cfg->kafka[i].key) == keylen && memcmp(cfg->kafka[i].key, key, keylen) == 0) {
+    for (size_t i = 0; i < *n; i++) {
+        if (strlen(kv[i].key) == keylen && memcmp(kv[i].key, key, keylen) == 0) {
             char *v = strdup(value);
             if (v == NULL)
                 goto oom;
-            free(cfg->kafka[i].value);
-            cfg->kafka[i].value = v;
+            free(kv[i].value);
+            kv[i].value = v;
             return 0;
         }
     }
-    if (cfg->nkafka >= CONFIG_MAX_KAFKA_PROPS) {
+    if (*n >= CONFIG_MAX_KAFKA_PROPS) {
         snprintf(err, errlen, "too many librdkafka properties (at most %d)",
                  CONFIG_MAX_KAFKA_PROPS);
         return -1;
     }
-    cfg->kafka[cfg->nkafka].key = strndup(key, keylen);
-    cfg->kafka[cfg->nkafka].value = strdup(value);
-    if (cfg->kafka[cfg->nkafka].key == NULL || cfg->kafka[cfg->nkafka].value == NULL)
+    kv[*n].key = strndup(key, keylen);
+    kv[*n].value = strdup(value);
+    (*n)++; /* freed with the list even when half set */
+    if (kv[*n - 1].key == NULL || kv[*n - 1].value == NULL)
         goto oom;
-    cfg->nkafka++;
     return 0;
 oom:
     snprintf(err, errlen, "out of memory");
     return -1;
+}
+
+static int set_kafka(struct relay_config *cfg, const char *key, size_t keylen,
+                     const char *value, char *err, size_t errlen)
+{
+    return config_kafka_set(cfg->kafka, &cfg->nkafka, key, keylen, value, err, errlen);
 }
 
 /* -X key=value */
@@ -241,7 +247,7 @@ static int set_option(struct relay_config *cfg, const struct opt_def *o, const c
         return 0;
     }
     case OPT_LONG:
-        if (parse_long(value, (long *) field) == 0)
+        if (config_parse_long(value, (long *) field) == 0)
             return 0;
         snprintf(err, errlen, "%s: --%s expects a whole number, got \"%s\"", source, o->name,
                  value);
@@ -253,7 +259,7 @@ static int set_option(struct relay_config *cfg, const struct opt_def *o, const c
                  o->name, value);
         return -1;
     case OPT_SECONDS:
-        if (parse_seconds(value, (double *) field) == 0)
+        if (config_parse_seconds(value, (double *) field) == 0)
             return 0;
         snprintf(err, errlen, "%s: --%s expects seconds (e.g. 10 or 0.5), got \"%s\"", source,
                  o->name, value);

@@ -7,9 +7,7 @@
 #include "outbox_relay/config.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <libpq-fe.h>
-#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +75,6 @@ static int set_option(struct consume_config *cfg, const struct opt_def *o, const
                       const char *source, char *err, size_t errlen)
 {
     void *field = (char *) cfg + o->offset;
-    char *end;
 
     switch (o->kind) {
     case OPT_STR: {
@@ -90,28 +87,18 @@ static int set_option(struct consume_config *cfg, const struct opt_def *o, const
         *(char **) field = copy;
         return 0;
     }
-    case OPT_LONG: {
-        errno = 0;
-        long v = strtol(value, &end, 10);
-        if (errno == 0 && end != value && *end == '\0') {
-            *(long *) field = v;
+    case OPT_LONG:
+        if (config_parse_long(value, (long *) field) == 0)
             return 0;
-        }
         snprintf(err, errlen, "%s: --%s expects a whole number, got \"%s\"", source, o->name,
                  value);
         return -1;
-    }
-    case OPT_SECONDS: {
-        errno = 0;
-        double v = strtod(value, &end);
-        if (errno == 0 && end != value && *end == '\0' && isfinite(v) && v >= 0) {
-            *(double *) field = v;
+    case OPT_SECONDS:
+        if (config_parse_seconds(value, (double *) field) == 0)
             return 0;
-        }
         snprintf(err, errlen, "%s: --%s expects seconds (e.g. 10 or 0.5), got \"%s\"", source,
                  o->name, value);
         return -1;
-    }
     case OPT_LOGLEVEL: {
         int lvl = log_level_parse(value);
         if (lvl >= 0) {
@@ -148,34 +135,7 @@ static int set_option(struct consume_config *cfg, const struct opt_def *o, const
 static int set_kafka(struct consume_config *cfg, const char *key, size_t keylen,
                      const char *value, char *err, size_t errlen)
 {
-    if (keylen == 0) {
-        snprintf(err, errlen, "empty librdkafka property name (use -X name=value)");
-        return -1;
-    }
-    for (size_t i = 0; i < cfg->nkafka; i++) {
-        if (strlen(cfg->kafka[i].key) == keylen && memcmp(cfg->kafka[i].key, key, keylen) == 0) {
-            char *v = strdup(value);
-            if (v == NULL)
-                goto oom;
-            free(cfg->kafka[i].value);
-            cfg->kafka[i].value = v;
-            return 0;
-        }
-    }
-    if (cfg->nkafka >= CONFIG_MAX_KAFKA_PROPS) {
-        snprintf(err, errlen, "too many librdkafka properties (at most %d)",
-                 CONFIG_MAX_KAFKA_PROPS);
-        return -1;
-    }
-    cfg->kafka[cfg->nkafka].key = strndup(key, keylen);
-    cfg->kafka[cfg->nkafka].value = strdup(value);
-    cfg->nkafka++; /* freed by consume_config_free even when half set */
-    if (cfg->kafka[cfg->nkafka - 1].key == NULL || cfg->kafka[cfg->nkafka - 1].value == NULL)
-        goto oom;
-    return 0;
-oom:
-    snprintf(err, errlen, "out of memory");
-    return -1;
+    return config_kafka_set(cfg->kafka, &cfg->nkafka, key, keylen, value, err, errlen);
 }
 
 static void print_help(const char *prog)

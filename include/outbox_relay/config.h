@@ -78,6 +78,17 @@ enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
 
 void config_free(struct relay_config *cfg);
 
+/* Sets key (keylen bytes) = value in a list of librdkafka properties of at
+ * most CONFIG_MAX_KAFKA_PROPS entries, replacing an earlier value of the
+ * same key. The list owns the copies. Returns 0, or -1 with err. Shared by
+ * the relayer's and the consumer's option parsers. */
+int config_kafka_set(struct config_kv *kv, size_t *n, const char *key, size_t keylen,
+                     const char *value, char *err, size_t errlen);
+
+/* Whole-string number parsers shared by both option parsers: 0 or -1. */
+int config_parse_long(const char *s, long *out);
+int config_parse_seconds(const char *s, double *out);
+
 /* The value of a librdkafka property set by the user, or NULL. */
 const char *config_kafka_get(const struct relay_config *cfg, const char *key);
 
