@@ -1,0 +1,864 @@
+#!/usr/bin/env bash
+# run.sh — the outbox-relay benchmark, in one command (issue 5).
+#
+#   bash bench/run.sh            # the full run (about 9 minutes on 2 cores)
+#   bash bench/run.sh --quick    # CI smoke run: small sizes, one repetition;
+#                                # fails only on errors (an event missing, a
+#                                # process failing), never on timing
+#   bash bench/run.sh --out FILE # also write the Markdown table to FILE
+#
+# It builds what it needs, starts its own PostgreSQL 15 (wal2json; fsync and
+# synchronous_commit on) on a free 127.0.0.1 port in a temp dir and
+# build/mock-broker (librdkafka's mock cluster, with TCP_NODELAY on its
+# connections as a real broker has: bench/nodelay_preload.c), and measures,
+# in one run, everything co-located on this machine:
+#   drain   the same WAL backlog (BENCH_BACKLOG events: half in one-event
+#           transactions, half in 2..20-event ones, ~370-byte payloads) drained
+#           by pg_recvlogical with the relayer's exact wal2json options into
+#           /dev/null (the decode limit), by outbox-relay (until a consumer
+#           has read every event) and by the seed's polling relayer
+#           (bench/polling_relayer.c, same until-consumed clock);
+#   steady  producers at 1,000 and 5,000 events/s and unthrottled: commit-to-
+#           delivery latency (the relayer's histogram), the same for
+#           pg_recvlogical alone (the floor, bench/w2j_latency.c), and
+#           transaction-start-to-consumer latency (bench/consumer.c); relayer
+#           CPU per event and peak RSS; where every core went;
+#   huge    one 1,000,000-row transaction: time and relayer peak RSS;
+#   load    producer transactions/s (pgbench, bench/producer.pgbench) and WAL
+#           bytes per event with no relayer, outbox-relay, polling relayer;
+#   decoder tests/bench/bench_decoder.c: wal2json lines/s on one core.
+# Medians over repetitions; ratios in the table. Raw numbers and logs stay
+# in the work dir when BENCH_KEEP=1 or when the run fails.
+#
+# Knobs (environment): BENCH_PHASES="drain steady huge load decoder",
+# BENCH_BACKLOG, BENCH_REPS, BENCH_CLIENTS (pgbench clients, 16),
+# BENCH_RELAY_ARGS (extra outbox-relay arguments, e.g. "-X linger.ms=5"),
+# BENCH_KEEP=1, OUTBOX_RELAY_BUILD (default build/).
+set -euo pipefail
+
+usage() {
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit "${1:-0}"
+}
+
+QUICK=0
+OUT=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=1 ;;
+    --out) OUT=${2:?--out needs a file}; shift ;;
+    -h | --help) usage 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; usage 2 ;;
+    esac
+    shift
+done
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=${OUTBOX_RELAY_BUILD:-$repo/build}
+PG_BIN=/usr/lib/postgresql/15/bin
+
+if [ "$QUICK" = 1 ]; then
+    BACKLOG=${BENCH_BACKLOG:-5000}; REPS=${BENCH_REPS:-1}
+    STEADY_SECONDS=3; STEADY_REPS=1; MAX_EVENTS=5000; HUGE_ROWS=20000
+    LOAD_SECONDS=3; LOAD_REPS=1; DEC_ITER=200000; DEC_RUNS=1
+else
+    BACKLOG=${BENCH_BACKLOG:-100000}; REPS=${BENCH_REPS:-5}
+    STEADY_SECONDS=10; STEADY_REPS=3; MAX_EVENTS=100000; HUGE_ROWS=1000000
+    LOAD_SECONDS=10; LOAD_REPS=3; DEC_ITER=2000000; DEC_RUNS=5
+fi
+PHASES=${BENCH_PHASES:-drain steady huge load decoder}
+CLIENTS=${BENCH_CLIENTS:-16}
+read -r -a RELAY_EXTRA <<<"${BENCH_RELAY_ARGS:-}"
+TOPICS=order,shipment # the {prefix} of bench_type()'s event types
+
+# ------------------------------------------------------------------ helpers
+
+log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
+die() {
+    log "ERROR: $*"
+    exit 1
+}
+now_us() { echo $(($(date +%s%N) / 1000)); }
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
+
+work=$(mktemp -d /tmp/outbox-bench.XXXXXX)
+chmod 755 "$work"
+RESULTS=$work/results.tsv
+: >"$RESULTS"
+PIDS=()  # every background process we started, stopped at exit
+PG_PID=""
+BROKER_PID=""
+BROKER_FD=""
+ok=0
+
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    if [ -n "$PG_PID" ] && kill -0 "$PG_PID" 2>/dev/null; then
+        kill -INT "$PG_PID" 2>/dev/null || true # fast shutdown
+        for _ in $(seq 300); do kill -0 "$PG_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$PG_PID" 2>/dev/null || true
+        wait "$PG_PID" 2>/dev/null || true
+    fi
+    if [ "$ok" = 1 ] && [ -z "${BENCH_KEEP:-}" ]; then
+        rm -rf "$work"
+    else
+        log "logs and raw results kept in $work"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Starts "$@" in the background and remembers its pid in $BG_PID.
+bg() {
+    "$@" &
+    BG_PID=$!
+    PIDS+=("$BG_PID")
+}
+
+# Stops a process we started (SIGTERM, then SIGKILL after 30 s) and reaps it;
+# its exit status ends up in $STOP_RC.
+stop_pid() {
+    local pid=$1
+    STOP_RC=0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || STOP_RC=$?
+    forget_pid "$pid"
+}
+
+# Drops a reaped pid from PIDS.
+forget_pid() {
+    local keep=() p
+    for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    PIDS=("${keep[@]}")
+}
+
+# Waits for a pid we started, up to $2 seconds; its status in $WAIT_RC.
+wait_pid() {
+    local pid=$1 limit=$2 i
+    for ((i = 0; i < limit * 20; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        WAIT_RC=124
+        return
+    fi
+    WAIT_RC=0
+    wait "$pid" 2>/dev/null || WAIT_RC=$?
+    forget_pid "$pid"
+}
+
+free_port() {
+    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Records one measurement: phase, name, value.
+rec() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$RESULTS"; }
+
+# Median of every value recorded under phase/name ("" if none).
+med() {
+    awk -F'\t' -v p="$1" -v k="$2" '$1 == p && $2 == k { print $3 }' "$RESULTS" | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2];
+                                  else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# Arithmetic on decimals: calc '<awk expression>'.
+calc() { awk "BEGIN { printf \"%.6g\", $1 }"; }
+fmt() { # fmt FORMAT VALUE ("—" when the value is empty)
+    if [ -z "$2" ]; then echo "—"; else awk -v v="$2" "BEGIN { printf \"$1\", v }"; fi
+}
+
+lsn_int() { # 16/B374D848 -> decimal
+    local hi=${1%/*} lo=${1#*/}
+    echo $(((16#$hi << 32) | 16#$lo))
+}
+
+proc_ticks() { # utime + stime of a pid, in clock ticks
+    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+proc_hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
+TICK=$(getconf CLK_TCK)
+NCPU=$(nproc)
+
+# Where the cores go: CPU ticks of the whole machine (busy, total over all
+# CPUs, from /proc/stat) and of all of PostgreSQL (the postmaster, its live
+# children and, through cutime/cstime, the children it reaped: backends of
+# connections that ended meanwhile).
+machine_ticks() { awk '/^cpu / { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6 }' /proc/stat; }
+pg_ticks() {
+    local total pid t
+    total=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' "/proc/$PG_PID/stat")
+    for pid in $(ps --ppid "$PG_PID" -o pid=); do
+        t=$(proc_ticks "$pid" 2>/dev/null) && total=$((total + t))
+    done
+    echo "$total"
+}
+# cpu_begin; ...; cpu_end PHASE PREFIX: records PREFIX_{machine,postgres}_cores
+# (average cores busy over the interval) and the interval in seconds.
+cpu_begin() {
+    read -r CPU_M0 CPU_T0 < <(machine_ticks)
+    CPU_P0=$(pg_ticks)
+    CPU_W0=$(now_us)
+}
+cpu_end() {
+    local m1 t1 p1 secs
+    read -r m1 t1 < <(machine_ticks)
+    p1=$(pg_ticks)
+    secs=$(calc "($(now_us) - $CPU_W0) / 1e6")
+    CPU_SECS=$secs
+    rec "$1" "$2_secs" "$secs"
+    rec "$1" "$2_machine_cores" "$(calc "$NCPU * ($m1 - $CPU_M0) / ($t1 - $CPU_T0)")"
+    rec "$1" "$2_postgres_cores" "$(calc "($p1 - $CPU_P0) / $TICK / $secs")"
+}
+
+# ------------------------------------------------------------------- build
+
+log "building outbox-relay, mock-broker and the benchmark tools"
+if [ -f "$build/CMakeCache.txt" ]; then
+    cmake --build "$build" --target outbox-relay mock-broker outbox_relay_core >/dev/null
+else
+    OUTBOX_SKIP_APT=1 OUTBOX_RELAY_BUILD="$build" bash "$repo/tests/tools/setup.sh"
+fi
+bin=$work/bin
+mkdir -p "$bin"
+CFLAGS=(-O2 -g -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra
+        -Wno-unused-parameter -I"$repo/include")
+cc "${CFLAGS[@]}" -o "$bin/bench-consumer" "$repo/bench/consumer.c" \
+    "$build/liboutbox_relay_core.a" $(pkg-config --libs rdkafka) -lm
+cc "${CFLAGS[@]}" -o "$bin/polling-relayer" "$repo/bench/polling_relayer.c" \
+    $(pkg-config --cflags --libs rdkafka libpq)
+cc "${CFLAGS[@]}" -shared -fPIC -o "$bin/libnodelay.so" "$repo/bench/nodelay_preload.c" -ldl
+cc "${CFLAGS[@]}" -o "$bin/bench-w2j-latency" "$repo/bench/w2j_latency.c" \
+    "$build/liboutbox_relay_core.a" $(pkg-config --libs rdkafka) -lm
+if has_phase decoder && [ -f "$repo/tests/bench/bench_decoder.c" ]; then
+    # The tests' own target when the build has it, else the same compile.
+    if cmake --build "$build" --target bench-decoder >/dev/null 2>&1 &&
+        [ -x "$build/tests/bench-decoder" ]; then
+        cp "$build/tests/bench-decoder" "$bin/bench-decoder"
+    else
+        cc "${CFLAGS[@]}" -DFIXTURES_DIR="\"$repo/tests/fixtures\"" -o "$bin/bench-decoder" \
+            "$repo/tests/bench/bench_decoder.c" "$build/liboutbox_relay_core.a" \
+            $(pkg-config --libs rdkafka libpq libmicrohttpd) -lpthread -lm
+    fi
+fi
+RELAY=$build/outbox-relay
+
+# --------------------------------------------------------------- PostgreSQL
+
+# Tuned for a benchmark, durability kept: fsync and synchronous_commit on,
+# full_page_writes on; checkpoints pushed out of the way (max_wal_size,
+# checkpoint_timeout) and an explicit CHECKPOINT before each primary-load
+# run so every run starts from the same point; shared_buffers sized to hold
+# the working set.
+PG_PORT=$(free_port)
+PG_SETTINGS=(
+    listen_addresses=127.0.0.1 "port=$PG_PORT" "unix_socket_directories=$work/pg"
+    wal_level=logical max_replication_slots=40 max_wal_senders=20 max_connections=100
+    fsync=on synchronous_commit=on full_page_writes=on wal_sync_method=fdatasync
+    shared_buffers=512MB wal_buffers=16MB max_wal_size=16GB min_wal_size=1GB
+    checkpoint_timeout=30min logical_decoding_work_mem=64MB wal_sender_timeout=60s
+    autovacuum=on log_min_messages=warning log_checkpoints=on
+)
+pg_start() {
+    mkdir -p "$work/pg"
+    chown postgres:postgres "$work/pg"
+    runuser -u postgres -- "$PG_BIN/initdb" -D "$work/pg/data" -A trust -U postgres -E UTF8 \
+        --no-locale -N >"$work/initdb.log" 2>&1 || die "initdb failed: $(tail -5 "$work/initdb.log")"
+    local args=() s
+    for s in "${PG_SETTINGS[@]}"; do args+=(-c "$s"); done
+    # setpriv execs postgres directly: PG_PID is the postmaster itself.
+    setpriv --reuid=postgres --regid=postgres --clear-groups \
+        "$PG_BIN/postgres" -D "$work/pg/data" "${args[@]}" >"$work/postgres.log" 2>&1 &
+    PG_PID=$!
+    for _ in $(seq 300); do
+        "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" && return 0
+        kill -0 "$PG_PID" 2>/dev/null || die "postgres exited: $(tail -5 "$work/postgres.log")"
+        sleep 0.1
+    done
+    die "postgres not ready in 30 s"
+}
+DSN="host=127.0.0.1 port=$PG_PORT dbname=postgres user=postgres"
+psql_q() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" "$@"; }
+current_lsn() { lsn_int "$(psql_q -c 'SELECT pg_current_wal_lsn()')"; }
+next_id() { psql_q -c "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM events_outbox_id_seq"; }
+create_slot() { psql_q -c "SELECT pg_create_logical_replication_slot('$1', 'wal2json')" >/dev/null; }
+drop_slot() {
+    local i
+    for i in $(seq 100); do # the walsender of a stopped client may linger a moment
+        psql_q -c "SELECT pg_drop_replication_slot('$1')" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    die "cannot drop slot $1"
+}
+
+# The relayer's wal2json options, exactly as stream_build_start_command()
+# (src/stream.c) sends them.
+W2J_OPTS=(-o format-version=2 -o include-lsn=1 -o include-timestamp=1 -o include-types=0
+          -o add-tables=public.events_outbox -o actions=insert -o add-msg-prefixes=outbox)
+recvlogical() { # recvlogical SLOT ENDPOS OUTFILE
+    "$PG_BIN/pg_recvlogical" -d "$DSN" --slot="$1" --start --endpos="$2" --no-loop -f "$3" \
+        "${W2J_OPTS[@]}"
+}
+
+# ---------------------------------------------------------------- the broker
+
+broker_start() {
+    local ctl=$work/broker.ctl i
+    rm -f "$ctl" "$work/broker.out"
+    mkfifo "$ctl"
+    # Not through bg(): the FIFO must be opened in the child, or opening it
+    # for reading would block this shell until a writer appears. With
+    # TCP_NODELAY on its connections, as a real broker has them (see
+    # bench/nodelay_preload.c: without it every pipelined response can wait
+    # 40 ms for a delayed ACK).
+    LD_PRELOAD="$bin/libnodelay.so" "$build/mock-broker" --brokers 1 --partitions 4 \
+        <"$ctl" >"$work/broker.out" 2>>"$work/broker.log" &
+    BROKER_PID=$!
+    PIDS+=("$BROKER_PID")
+    exec {BROKER_FD}>"$ctl"
+    for ((i = 0; i < 200; i++)); do
+        grep -q '^BOOTSTRAP ' "$work/broker.out" 2>/dev/null && break
+        sleep 0.05
+    done
+    BOOTSTRAP=$(sed -n 's/^BOOTSTRAP //p' "$work/broker.out")
+    [ -n "$BOOTSTRAP" ] || die "mock-broker did not start"
+    local t
+    for t in ${TOPICS//,/ }; do broker_cmd "topic $t 4"; done
+}
+broker_cmd() {
+    local before i
+    before=$(wc -l <"$work/broker.out")
+    echo "$1" >&"$BROKER_FD"
+    for ((i = 0; i < 200; i++)); do
+        [ "$(wc -l <"$work/broker.out")" -gt "$before" ] && break
+        sleep 0.05
+    done
+    [ "$(tail -1 "$work/broker.out")" = ok ] || die "mock-broker: $1: $(tail -1 "$work/broker.out")"
+}
+broker_stop() {
+    echo quit >&"$BROKER_FD" || true
+    exec {BROKER_FD}>&-
+    wait_pid "$BROKER_PID" 10
+    [ "$WAIT_RC" = 124 ] && stop_pid "$BROKER_PID"
+    BROKER_PID=""
+}
+
+# ------------------------------------------------------- relayer and readers
+
+# relay_start SLOT LOG [wait]: outbox-relay on SLOT, pid in RELAY_PID; with
+# "wait", returns once it streams.
+relay_start() {
+    MPORT=$(free_port)
+    bg "$RELAY" --dsn "$DSN" --brokers "$BOOTSTRAP" --slot "$1" \
+        --metrics-addr "127.0.0.1:$MPORT" "${RELAY_EXTRA[@]}" >"$2" 2>&1
+    RELAY_PID=$BG_PID
+    if [ "${3:-}" = wait ]; then
+        local i
+        for ((i = 0; i < 600; i++)); do
+            grep -q 'streaming' "$2" && return 0
+            kill -0 "$RELAY_PID" 2>/dev/null || die "outbox-relay exited: $(tail -5 "$2")"
+            sleep 0.05
+        done
+        die "outbox-relay did not start streaming: $(tail -5 "$2")"
+    fi
+}
+relay_stop() {
+    stop_pid "$RELAY_PID"
+    [ "$STOP_RC" = 0 ] || die "outbox-relay exited with $STOP_RC: $(tail -5 "$1")"
+}
+metrics() {
+    /usr/bin/python3 -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+        "http://127.0.0.1:$MPORT/metrics"
+}
+metric() { # the sum of a metric's series
+    metrics | awk -v n="$1" 'index($1, n) == 1 && (length($1) == length(n) || substr($1, length(n) + 1, 1) == "{") { s += $2 } END { print s + 0 }'
+}
+
+# consumer_start MIN_ID COUNT OUT TIMEOUT [--latency]: pid in CONSUMER_PID,
+# returns once its partitions are assigned.
+consumer_start() {
+    rm -f "$work/consumer.ready"
+    bg "$bin/bench-consumer" --brokers "$BOOTSTRAP" --topics "$TOPICS" --min-id "$1" \
+        --count "$2" --timeout "$4" --ready "$work/consumer.ready" ${5:-} >"$3" \
+        2>>"$work/consumer.log"
+    CONSUMER_PID=$BG_PID
+    local i
+    for ((i = 0; i < 400; i++)); do
+        [ -e "$work/consumer.ready" ] && return 0
+        kill -0 "$CONSUMER_PID" 2>/dev/null || die "bench-consumer exited: $(tail -3 "$work/consumer.log")"
+        sleep 0.05
+    done
+    die "bench-consumer not ready"
+}
+# consumer_wait OUT TIMEOUT: fails the run when an event is missing.
+consumer_wait() {
+    wait_pid "$CONSUMER_PID" "$2"
+    [ "$WAIT_RC" = 0 ] || die "consumer: not every event arrived (rc $WAIT_RC): $(cat "$1") $(tail -2 "$work/consumer.log")"
+}
+kv() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p"; } # a key=value of a result line
+
+# Quantile of the relayer's commit-to-delivery histogram, in ms, linear
+# within a bucket (as Prometheus' histogram_quantile does).
+hist_quantile() {
+    awk -v q="$1" '
+        /^outbox_relay_delivery_latency_seconds_bucket/ {
+            match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
+            n++; b[n] = (le == "+Inf") ? -1 : le + 0; c[n] = $2 + 0 }
+        END {
+            if (n == 0 || c[n] == 0) { print ""; exit }
+            rank = q * c[n]; prev_b = 0; prev_c = 0
+            for (i = 1; i <= n; i++) {
+                if (c[i] >= rank) {
+                    if (b[i] < 0) { printf "%.2f", prev_b * 1000; exit }
+                    f = (c[i] > prev_c) ? (rank - prev_c) / (c[i] - prev_c) : 1
+                    printf "%.2f", (prev_b + (b[i] - prev_b) * f) * 1000; exit }
+                prev_b = b[i]; prev_c = c[i] }
+        }'
+}
+# Share of delivered events whose latency bucket is <= le seconds.
+hist_share_le() {
+    awk -v le="$1" '
+        /^outbox_relay_delivery_latency_seconds_bucket/ {
+            match($0, /le="[^"]*"/); l = substr($0, RSTART + 4, RLENGTH - 5)
+            if (l == "+Inf") tot = $2; else if (l + 0 == le + 0) at = $2 }
+        END { if (tot > 0) printf "%.4f", at / tot }'
+}
+
+pgbench_run() { # pgbench_run LOG EVENTS_PER_TX ARGS...: the producer transactions
+    local logf=$1 events=$2
+    shift 2
+    local TIMEFORMAT="%U %S" # bash's time: pgbench's user and system CPU
+    { time "$PG_BIN/pgbench" -n -M prepared -f "$repo/bench/producer.pgbench" \
+        -D "events=$events" -j 2 "$@" "$DSN" >"$logf" 2>&1 ||
+        die "pgbench failed: $(tail -5 "$logf")"; } 2>"$logf.time"
+    PGB_CPU_S=$(tail -1 "$logf.time" | awk '{ print $1 + $2 }')
+    PGB_TPS=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$logf" | head -1)
+    PGB_TX=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$logf")
+    PGB_LAT=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$logf")
+}
+
+# ------------------------------------------------------------------ phases
+
+phase_drain() {
+    log "drain: generating a backlog of $BACKLOG events"
+    create_slot bench_origin
+    local lsn0 end_lsn min_id n r o0
+    lsn0=$(current_lsn)
+    min_id=$(next_id)
+    o0=$(psql_q -c "SELECT coalesce(max(id), 0) FROM bench_orders")
+    # The generating session may skip the per-commit flush: it only makes
+    # generation faster; the WAL (and so the backlog) is the same.
+    psql_q -c "SET synchronous_commit = off" -c "CALL bench_backlog($BACKLOG)"
+    psql_q -c "VACUUM ANALYZE events_outbox" -c "VACUUM ANALYZE bench_orders" -c "CHECKPOINT"
+    end_lsn=$(psql_q -c 'SELECT pg_current_wal_lsn()')
+    n=$(psql_q -c "SELECT count(*) FROM events_outbox WHERE id >= $min_id")
+    [ "$n" = "$BACKLOG" ] || die "backlog has $n events, expected $BACKLOG"
+    rec drain wal_mb "$(calc "($(lsn_int "$end_lsn") - $lsn0) / 1048576")"
+    rec drain transactions "$(psql_q -c "SELECT count(*) FROM bench_orders WHERE id > $o0")"
+    rec drain payload_bytes "$(psql_q -c "SELECT round(avg(length(payload::text))) FROM events_outbox WHERE id >= $min_id")"
+
+    # Untimed warm-up read: what the server sends for this backlog.
+    psql_q -c "SELECT pg_copy_logical_replication_slot('bench_origin', 'bench_warm')" >/dev/null
+    recvlogical bench_warm "$end_lsn" "$work/backlog.jsonl"
+    drop_slot bench_warm
+    rec drain w2j_lines "$(wc -l <"$work/backlog.jsonl")"
+    rec drain w2j_mb "$(calc "$(stat -c %s "$work/backlog.jsonl") / 1048576")"
+    rm -f "$work/backlog.jsonl"
+
+    for ((r = 1; r <= REPS; r++)); do
+        local t0 t1 c0 last
+        # 1. the decode limit
+        psql_q -c "SELECT pg_copy_logical_replication_slot('bench_origin', 'bench_recv')" >/dev/null
+        cpu_begin
+        t0=$(now_us)
+        recvlogical bench_recv "$end_lsn" /dev/null
+        t1=$(now_us)
+        cpu_end drain recv
+        drop_slot bench_recv
+        rec drain recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
+
+        # 2. outbox-relay, until the consumer has every event
+        psql_q -c "SELECT pg_copy_logical_replication_slot('bench_origin', 'bench_relay')" >/dev/null
+        broker_start
+        consumer_start "$min_id" "$BACKLOG" "$work/drain-relay.out" 300
+        local b0 ws
+        b0=$(proc_ticks "$BROKER_PID")
+        cpu_begin
+        t0=$(now_us)
+        relay_start bench_relay "$work/drain-relay-$r.log"
+        consumer_wait "$work/drain-relay.out" 300
+        cpu_end drain relay
+        last=$(kv "$work/drain-relay.out" last_unix_us)
+        c0=$(proc_ticks "$RELAY_PID")
+        ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_relay'")
+        rec drain relay_walsender_cores "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
+        rec drain relay_relay_cores "$(calc "$c0 / $TICK / $CPU_SECS")"
+        rec drain relay_broker_cores "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
+        rec drain relay_consumer_cores "$(calc "$(kv "$work/drain-relay.out" cpu_ms) / 1000 / $CPU_SECS")"
+        rec drain relay_hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
+        relay_stop "$work/drain-relay-$r.log"
+        broker_stop
+        drop_slot bench_relay
+        rec drain relay_s "$(calc "($last - $t0) / 1e6")"
+        rec drain relay_cpu_us_per_event "$(calc "$c0 * 1e6 / $TICK / $BACKLOG")"
+
+        # 3. the polling relayer, same clock; the table reset to "nothing
+        #    dispatched" and rewritten so every run starts alike
+        psql_q -c "UPDATE events_outbox SET dispatched_at = NULL WHERE dispatched_at IS NOT NULL" \
+            -c "VACUUM FULL events_outbox" -c "ANALYZE events_outbox" -c "CHECKPOINT"
+        broker_start
+        consumer_start "$min_id" "$BACKLOG" "$work/drain-poll.out" 600
+        b0=$(proc_ticks "$BROKER_PID")
+        cpu_begin
+        t0=$(now_us)
+        bg "$bin/polling-relayer" --dsn "$DSN" --brokers "$BOOTSTRAP" --exit-when-empty \
+            >"$work/drain-poll-$r.log" 2>&1
+        local poller=$BG_PID
+        consumer_wait "$work/drain-poll.out" 600
+        cpu_end drain poll
+        last=$(kv "$work/drain-poll.out" last_unix_us)
+        rec drain poll_broker_cores "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
+        rec drain poll_consumer_cores "$(calc "$(kv "$work/drain-poll.out" cpu_ms) / 1000 / $CPU_SECS")"
+        wait_pid "$poller" 60
+        [ "$WAIT_RC" = 0 ] || die "polling relayer failed: $(tail -3 "$work/drain-poll-$r.log")"
+        rec drain poll_poller_cores "$(calc "$(kv "$work/drain-poll-$r.log" cpu_ms) / 1000 / $CPU_SECS")"
+        broker_stop
+        rec drain poll_s "$(calc "($last - $t0) / 1e6")"
+        log "drain $r/$REPS: pg_recvlogical $(awk -F'\t' '$2=="recvlogical_s"{v=$3}END{print v}' "$RESULTS") s," \
+            "outbox-relay $(awk -F'\t' '$2=="relay_s"{v=$3}END{print v}' "$RESULTS") s," \
+            "polling $(awk -F'\t' '$2=="poll_s"{v=$3}END{print v}' "$RESULTS") s"
+    done
+    drop_slot bench_origin
+}
+
+# steady_run NAME RATE|max EVENTS_PER_TX: producers committing RATE events/s
+# (RATE / EVENTS_PER_TX transactions/s) for STEADY_SECONDS, or MAX_EVENTS
+# unthrottled.
+steady_run() {
+    local name=$1 rate=$2 k=$3 total per min_id t0 t1 c0 c1 last
+    if [ "$rate" = max ]; then
+        total=$MAX_EVENTS
+    else
+        total=$((rate * STEADY_SECONDS))
+    fi
+    per=$(((total / k + CLIENTS - 1) / CLIENTS)) # transactions per client
+    total=$((per * CLIENTS * k))
+    create_slot bench_steady
+    broker_start
+    relay_start bench_steady "$work/steady-$name.log" wait
+    min_id=$(next_id)
+    consumer_start "$min_id" "$total" "$work/steady-$name.out" 300 --latency
+    local ws b0 b1 w0 w1
+    ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_steady'")
+    c0=$(proc_ticks "$RELAY_PID")
+    b0=$(proc_ticks "$BROKER_PID")
+    w0=$(proc_ticks "$ws")
+    cpu_begin
+    t0=$(now_us)
+    if [ "$rate" = max ]; then
+        pgbench_run "$work/pgbench-steady-$name.log" "$k" -c "$CLIENTS" -t "$per"
+    else
+        pgbench_run "$work/pgbench-steady-$name.log" "$k" -c "$CLIENTS" -t "$per" \
+            --rate "$((rate / k))"
+    fi
+    consumer_wait "$work/steady-$name.out" 300
+    t1=$(now_us)
+    c1=$(proc_ticks "$RELAY_PID")
+    b1=$(proc_ticks "$BROKER_PID")
+    w1=$(proc_ticks "$ws")
+    cpu_end "steady_$name" cpu
+    rec "steady_$name" cpu_relay_cores "$(calc "($c1 - $c0) / $TICK / $CPU_SECS")"
+    rec "steady_$name" cpu_walsender_cores "$(calc "($w1 - $w0) / $TICK / $CPU_SECS")"
+    rec "steady_$name" cpu_broker_cores "$(calc "($b1 - $b0) / $TICK / $CPU_SECS")"
+    rec "steady_$name" cpu_consumer_cores "$(calc "$(kv "$work/steady-$name.out" cpu_ms) / 1000 / $CPU_SECS")"
+    rec "steady_$name" cpu_pgbench_cores "$(calc "$PGB_CPU_S / $CPU_SECS")"
+    last=$(kv "$work/steady-$name.out" last_unix_us)
+    metrics >"$work/steady-$name.metrics"
+    rec "steady_$name" produced_per_s "$(calc "$PGB_TPS * $k")"
+    rec "steady_$name" delivered_per_s "$(calc "$total / (($last - $t0) / 1e6)")"
+    rec "steady_$name" hist_p50_ms "$(hist_quantile 0.50 <"$work/steady-$name.metrics")"
+    rec "steady_$name" hist_p95_ms "$(hist_quantile 0.95 <"$work/steady-$name.metrics")"
+    rec "steady_$name" hist_p99_ms "$(hist_quantile 0.99 <"$work/steady-$name.metrics")"
+    rec "steady_$name" share_le_5ms "$(hist_share_le 0.005 <"$work/steady-$name.metrics")"
+    rec "steady_$name" share_le_10ms "$(hist_share_le 0.01 <"$work/steady-$name.metrics")"
+    rec "steady_$name" share_le_25ms "$(hist_share_le 0.025 <"$work/steady-$name.metrics")"
+    rec "steady_$name" e2e_p50_ms "$(kv "$work/steady-$name.out" lat_p50_ms)"
+    rec "steady_$name" e2e_p95_ms "$(kv "$work/steady-$name.out" lat_p95_ms)"
+    rec "steady_$name" e2e_p99_ms "$(kv "$work/steady-$name.out" lat_p99_ms)"
+    rec "steady_$name" cpu_us_per_event "$(calc "($c1 - $c0) * 1e6 / $TICK / $total")"
+    rec "steady_$name" cpu_pct "$(calc "($c1 - $c0) * 100 / $TICK / (($t1 - $t0) / 1e6)")"
+    rec "steady_$name" hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
+    relay_stop "$work/steady-$name.log"
+    broker_stop
+    drop_slot bench_steady
+    log "steady $name: $(calc "$total / (($last - $t0) / 1e6)") events/s delivered," \
+        "p50/p99 $(hist_quantile 0.50 <"$work/steady-$name.metrics")/$(hist_quantile 0.99 <"$work/steady-$name.metrics") ms," \
+        "cpu $(calc "($c1 - $c0) * 100 / $TICK / (($t1 - $t0) / 1e6)") %"
+}
+
+# floor_run NAME RATE EVENTS_PER_TX: the same producers with no relayer,
+# only pg_recvlogical (the relayer's wal2json options) piped into
+# bench/w2j_latency.c: commit to arrival at a client that does nothing, the
+# part of commit-to-delivery latency that is PostgreSQL's.
+floor_run() {
+    local name=$1 rate=$2 k=$3 per i probe recv
+    per=$((((rate * STEADY_SECONDS) / k + CLIENTS - 1) / CLIENTS))
+    create_slot bench_floor
+    rm -f "$work/floor.fifo"
+    mkfifo "$work/floor.fifo"
+    "$bin/bench-w2j-latency" <"$work/floor.fifo" >"$work/floor-$name.out" & # not bg(): FIFO
+    probe=$!
+    PIDS+=("$probe")
+    bg "$PG_BIN/pg_recvlogical" -d "$DSN" --slot=bench_floor --start -f "$work/floor.fifo" \
+        "${W2J_OPTS[@]}" 2>>"$work/floor.log"
+    recv=$BG_PID
+    for ((i = 0; i < 200; i++)); do
+        [ "$(psql_q -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'bench_floor'")" = t ] && break
+        sleep 0.05
+    done
+    pgbench_run "$work/pgbench-floor-$name.log" "$k" -c "$CLIENTS" -t "$per" --rate "$((rate / k))"
+    sleep 1 # the last commits reach the client
+    kill -INT "$recv" 2>/dev/null || true
+    wait_pid "$recv" 10
+    wait_pid "$probe" 10
+    drop_slot bench_floor
+    rec "floor_$name" p50_ms "$(kv "$work/floor-$name.out" lat_p50_ms)"
+    rec "floor_$name" p95_ms "$(kv "$work/floor-$name.out" lat_p95_ms)"
+    rec "floor_$name" p99_ms "$(kv "$work/floor-$name.out" lat_p99_ms)"
+    log "floor $name: commit->client p50/p99 $(kv "$work/floor-$name.out" lat_p50_ms)/$(kv "$work/floor-$name.out" lat_p99_ms) ms"
+}
+
+# 1,000 events/s as 1,000 one-event transactions/s; 5,000 events/s as
+# 1,000 transactions/s of 5 events, since this machine cannot commit 5,000
+# fsync'd transactions/s next to everything else (the unthrottled run says
+# how many it can); unthrottled with 5-event transactions.
+phase_steady() {
+    local r
+    for ((r = 1; r <= STEADY_REPS; r++)); do
+        steady_run 1k 1000 1
+        floor_run 1k 1000 1
+        steady_run 5k 5000 5
+        floor_run 5k 5000 5
+    done
+    steady_run max max 5
+}
+
+phase_huge() {
+    local min_id t0 t1 last end_lsn
+    log "huge: one transaction of $HUGE_ROWS rows"
+    create_slot bench_huge
+    create_slot bench_huge_recv
+    broker_start
+    relay_start bench_huge "$work/huge.log" wait
+    min_id=$(next_id)
+    consumer_start "$min_id" "$HUGE_ROWS" "$work/huge.out" 900
+    t0=$(now_us)
+    psql_q -c "INSERT INTO events_outbox (aggregate_id, type, payload)
+               SELECT md5(g::text)::uuid, bench_type(g), bench_payload(g, g)
+               FROM generate_series(1, $HUGE_ROWS) AS g"
+    t1=$(now_us)
+    end_lsn=$(psql_q -c 'SELECT pg_current_wal_lsn()')
+    consumer_wait "$work/huge.out" 900
+    last=$(kv "$work/huge.out" last_unix_us)
+    rec huge insert_s "$(calc "($t1 - $t0) / 1e6")"
+    rec huge relay_after_commit_s "$(calc "($last - $t1) / 1e6")"
+    rec huge relay_hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
+    relay_stop "$work/huge.log"
+    broker_stop
+    drop_slot bench_huge
+    t0=$(now_us)
+    recvlogical bench_huge_recv "$end_lsn" /dev/null
+    t1=$(now_us)
+    drop_slot bench_huge_recv
+    rec huge recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
+    log "huge: delivered $(med huge relay_after_commit_s) s after the commit; pg_recvlogical alone" \
+        "$(med huge recvlogical_s) s; relayer peak RSS $(med huge relay_hwm_mib) MiB"
+}
+
+load_run() { # load_run MODE REP
+    local mode=$1 r=$2 lsn0 lsn1 poller="" i
+    psql_q -c "TRUNCATE events_outbox, bench_orders" -c "CHECKPOINT"
+    case "$mode" in
+    relay)
+        create_slot bench_load
+        broker_start
+        relay_start bench_load "$work/load-relay-$r.log" wait
+        ;;
+    poll)
+        broker_start
+        bg "$bin/polling-relayer" --dsn "$DSN" --brokers "$BOOTSTRAP" >"$work/load-poll-$r.log" 2>&1
+        poller=$BG_PID
+        ;;
+    esac
+    local x0=0 x1=0 b0=0 b1=0 w0=0 w1=0 xpid="" ws=""
+    case "$mode" in relay) xpid=$RELAY_PID ;; poll) xpid=$poller ;; esac
+    [ -z "$xpid" ] || { x0=$(proc_ticks "$xpid"); b0=$(proc_ticks "$BROKER_PID"); }
+    if [ "$mode" = relay ]; then
+        ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_load'")
+        w0=$(proc_ticks "$ws")
+    fi
+    lsn0=$(current_lsn)
+    cpu_begin
+    pgbench_run "$work/pgbench-load-$mode-$r.log" 1 -c "$CLIENTS" -T "$LOAD_SECONDS"
+    cpu_end "load_$mode" cpu
+    lsn1=$(current_lsn)
+    [ -z "$xpid" ] || { x1=$(proc_ticks "$xpid"); b1=$(proc_ticks "$BROKER_PID"); }
+    [ -z "$ws" ] || w1=$(proc_ticks "$ws")
+    rec "load_$mode" cpu_walsender_cores "$(calc "($w1 - $w0) / $TICK / $CPU_SECS")"
+    rec "load_$mode" cpu_relayer_cores "$(calc "($x1 - $x0) / $TICK / $CPU_SECS")"
+    rec "load_$mode" cpu_broker_cores "$(calc "($b1 - $b0) / $TICK / $CPU_SECS")"
+    rec "load_$mode" cpu_pgbench_cores "$(calc "$PGB_CPU_S / $CPU_SECS")"
+    rec "load_$mode" tps "$PGB_TPS"
+    rec "load_$mode" latency_ms "$PGB_LAT"
+    rec "load_$mode" wal_bytes_per_event "$(calc "($lsn1 - $lsn0) / $PGB_TX")"
+    case "$mode" in
+    relay)
+        # Every event must be delivered; how long the tail takes says
+        # whether the relayer kept up.
+        local t0 delivered
+        t0=$(now_us)
+        for ((i = 0; i < 1200; i++)); do
+            delivered=$(metric outbox_relay_events_delivered_total)
+            [ "${delivered:-0}" -ge "$PGB_TX" ] && break
+            sleep 0.05
+        done
+        [ "${delivered:-0}" -ge "$PGB_TX" ] || die "outbox-relay delivered ${delivered:-0} of $PGB_TX events"
+        rec load_relay tail_s "$(calc "($(now_us) - $t0) / 1e6")"
+        relay_stop "$work/load-relay-$r.log"
+        drop_slot bench_load
+        ;;
+    poll)
+        rec load_poll behind_at_end "$(psql_q -c "SELECT count(*) FROM events_outbox WHERE dispatched_at IS NULL")"
+        stop_pid "$poller"
+        [ "$STOP_RC" = 0 ] || die "polling relayer failed: $(tail -3 "$work/load-poll-$r.log")"
+        ;;
+    esac
+    [ "$mode" = none ] || broker_stop
+    log "load $mode $r/$LOAD_REPS: $PGB_TPS tx/s, $(calc "($lsn1 - $lsn0) / $PGB_TX") WAL bytes/event"
+}
+
+phase_load() {
+    local r
+    for ((r = 1; r <= LOAD_REPS; r++)); do
+        load_run none "$r"
+        load_run relay "$r"
+        load_run poll "$r"
+    done
+}
+
+phase_decoder() {
+    if [ ! -x "$bin/bench-decoder" ]; then
+        log "decoder: tests/bench/bench_decoder.c not found, skipped"
+        return
+    fi
+    "$bin/bench-decoder" "$repo/tests/fixtures/wal2json/typical_insert.jsonl" "$DEC_ITER" \
+        "$DEC_RUNS" >"$work/decoder.out" || die "bench-decoder failed"
+    rec decoder lines_per_s "$(sed -n 's/^median of [0-9]* runs: \([0-9]*\) lines\/s.*/\1/p' "$work/decoder.out")"
+    rec decoder line_bytes "$(sed -n 's/^line: \([0-9]*\) bytes.*/\1/p' "$work/decoder.out")"
+}
+
+# -------------------------------------------------------------------- main
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+STARTED=$(date -u '+%Y-%m-%d %H:%M UTC')
+log "starting PostgreSQL 15 on 127.0.0.1:$PG_PORT (data in $work/pg)"
+pg_start
+for f in "$repo"/sql/*.sql "$repo/bench/schema.sql"; do
+    psql_q -f "$f" >/dev/null
+done
+
+for p in drain steady huge load decoder; do
+    has_phase "$p" && "phase_$p"
+done
+
+# ------------------------------------------------------------------- table
+
+c2() { fmt %.2f "$(med "$1" "$2")"; } # a median number of cores
+
+table() {
+    local d_recv d_relay d_poll
+    echo "| measurement | result | target |"
+    echo "|---|---|---|"
+    if has_phase drain; then
+        d_recv=$(med drain recvlogical_s)
+        d_relay=$(med drain relay_s)
+        d_poll=$(med drain poll_s)
+        echo "| backlog: $(med drain transactions) transactions, $BACKLOG events, $(med drain payload_bytes)-byte payloads, $(fmt %.1f "$(med drain wal_mb)") MB of WAL, $(med drain w2j_lines) wal2json lines ($(fmt %.1f "$(med drain w2j_mb)") MB) | medians of $REPS | |"
+        echo "| drain: pg_recvlogical (decode limit) | $(fmt %.2f "$d_recv") s = $(fmt %.0f "$(calc "$BACKLOG / $d_recv")") events/s | |"
+        echo "| drain: outbox-relay, until consumed | $(fmt %.2f "$d_relay") s = $(fmt %.0f "$(calc "$BACKLOG / $d_relay")") events/s; $(fmt %.2f "$(med drain relay_cpu_us_per_event)") µs CPU/event, peak RSS $(fmt %.1f "$(med drain relay_hwm_mib)") MiB | |"
+        echo "| drain: polling relayer, until consumed | $(fmt %.2f "$d_poll") s = $(fmt %.0f "$(calc "$BACKLOG / $d_poll")") events/s | |"
+        echo "| drain CPU, cores busy (of $NCPU): pg_recvlogical | machine $(c2 drain recv_machine_cores): PostgreSQL $(c2 drain recv_postgres_cores) | |"
+        echo "| drain CPU: outbox-relay | machine $(c2 drain relay_machine_cores): PostgreSQL $(c2 drain relay_postgres_cores) (walsender $(c2 drain relay_walsender_cores)), relayer $(c2 drain relay_relay_cores), broker $(c2 drain relay_broker_cores), consumer $(c2 drain relay_consumer_cores) | |"
+        echo "| drain CPU: polling relayer | machine $(c2 drain poll_machine_cores): PostgreSQL $(c2 drain poll_postgres_cores), poller $(c2 drain poll_poller_cores), broker $(c2 drain poll_broker_cores), consumer $(c2 drain poll_consumer_cores) | |"
+        echo "| drain speed: outbox-relay ÷ decode limit | **$(fmt %.2f "$(calc "$d_recv / $d_relay")")×** | ≥ 0.9× |"
+        echo "| drain speed: outbox-relay ÷ polling relayer | **$(fmt %.1f "$(calc "$d_poll / $d_relay")")×** | ≥ 30× |"
+    fi
+    if has_phase steady; then
+        local s label
+        echo "| steady state: pgbench, $CLIENTS clients, fixed rates for ${STEADY_SECONDS} s, medians of $STEADY_REPS runs; floor: the same load with pg_recvlogical in place of the relayer | | |"
+        for s in 1k 5k max; do
+            case $s in
+            1k) label="1,000 events/s (1,000 tx/s × 1)" ;;
+            5k) label="5,000 events/s (1,000 tx/s × 5)" ;;
+            max) label="unthrottled (tx × 5, $CLIENTS clients)" ;;
+            esac
+            echo "| steady $label: produced / delivered | $(fmt %.0f "$(med "steady_$s" produced_per_s)") / $(fmt %.0f "$(med "steady_$s" delivered_per_s)") events/s | |"
+            echo "| steady $label: commit→delivery p50 / p95 / p99 (relayer histogram) | $(fmt %.2f "$(med "steady_$s" hist_p50_ms)") / $(fmt %.2f "$(med "steady_$s" hist_p95_ms)") / $(fmt %.2f "$(med "steady_$s" hist_p99_ms)") ms ($(fmt %.1f "$(calc "100 * $(med "steady_$s" share_le_5ms)")") % ≤ 5 ms, $(fmt %.1f "$(calc "100 * $(med "steady_$s" share_le_10ms)")") % ≤ 10 ms, $(fmt %.2f "$(calc "100 * $(med "steady_$s" share_le_25ms)")") % ≤ 25 ms) | $([ $s = 5k ] && echo "p50 ≤ 5, p99 ≤ 20 ms") |"
+            [ $s = max ] || echo "| steady $label: floor, commit→pg_recvlogical p50 / p95 / p99 (no relayer) | $(fmt %.2f "$(med "floor_$s" p50_ms)") / $(fmt %.2f "$(med "floor_$s" p95_ms)") / $(fmt %.2f "$(med "floor_$s" p99_ms)") ms | |"
+            echo "| steady $label: tx start→consumer p50 / p95 / p99 | $(fmt %.2f "$(med "steady_$s" e2e_p50_ms)") / $(fmt %.2f "$(med "steady_$s" e2e_p95_ms)") / $(fmt %.2f "$(med "steady_$s" e2e_p99_ms)") ms | |"
+            echo "| steady $label: cores busy (of $NCPU) | machine $(c2 "steady_$s" cpu_machine_cores): PostgreSQL $(c2 "steady_$s" cpu_postgres_cores) (walsender $(c2 "steady_$s" cpu_walsender_cores)), relayer $(c2 "steady_$s" cpu_relay_cores), broker $(c2 "steady_$s" cpu_broker_cores), consumer $(c2 "steady_$s" cpu_consumer_cores), pgbench $(c2 "steady_$s" cpu_pgbench_cores) | |"
+            echo "| steady $label: relayer CPU, peak RSS | $(fmt %.1f "$(med "steady_$s" cpu_pct)") % of a core ($(fmt %.1f "$(med "steady_$s" cpu_us_per_event)") µs/event), $(fmt %.1f "$(med "steady_$s" hwm_mib)") MiB | $([ $s = 5k ] && echo "≤ 10 %, ≤ 32 MiB") |"
+        done
+    fi
+    if has_phase huge; then
+        echo "| one transaction of $HUGE_ROWS rows: insert+commit / relayed after commit / pg_recvlogical alone | $(fmt %.1f "$(med huge insert_s)") / $(fmt %.1f "$(med huge relay_after_commit_s)") / $(fmt %.1f "$(med huge recvlogical_s)") s | |"
+        echo "| one transaction of $HUGE_ROWS rows: relayer peak RSS | **$(fmt %.1f "$(med huge relay_hwm_mib)") MiB** | ≤ 64 MiB |"
+    fi
+    if has_phase load; then
+        local none relay poll
+        none=$(med load_none tps); relay=$(med load_relay tps); poll=$(med load_poll tps)
+        echo "| primary load ($CLIENTS pgbench clients, ${LOAD_SECONDS} s × $LOAD_REPS): tx/s no relayer / outbox-relay / polling | $(fmt %.0f "$none") / $(fmt %.0f "$relay") / $(fmt %.0f "$poll") | |"
+        echo "| producer throughput with outbox-relay ÷ none | **$(fmt %.3f "$(calc "$relay / $none")")×** (polling: $(fmt %.3f "$(calc "$poll / $none")")×) | ≥ 0.95× |"
+        local m
+        for m in none relay poll; do
+            echo "| primary load CPU, cores busy (of $NCPU): $(case $m in none) echo "no relayer" ;; relay) echo "outbox-relay" ;; poll) echo "polling relayer" ;; esac) | machine $(c2 "load_$m" cpu_machine_cores): PostgreSQL $(c2 "load_$m" cpu_postgres_cores)$([ $m = relay ] && echo " (walsender $(c2 load_relay cpu_walsender_cores))"), pgbench $(c2 "load_$m" cpu_pgbench_cores)$([ $m = none ] || echo ", relayer $(c2 "load_$m" cpu_relayer_cores), broker $(c2 "load_$m" cpu_broker_cores)") | |"
+        done
+        echo "| WAL bytes per event: none / outbox-relay / polling | $(fmt %.0f "$(med load_none wal_bytes_per_event)") / **$(fmt %.0f "$(med load_relay wal_bytes_per_event)")** / $(fmt %.0f "$(med load_poll wal_bytes_per_event)") | no extra |"
+        echo "| primary load: outbox-relay tail after producers stop / polling rows behind at end | $(fmt %.2f "$(med load_relay tail_s)") s / $(fmt %.0f "$(med load_poll behind_at_end)") | |"
+    fi
+    if has_phase decoder && [ -n "$(med decoder lines_per_s)" ]; then
+        echo "| decoder: typical $(med decoder line_bytes)-byte insert line, one core | **$(fmt %.0f "$(med decoder lines_per_s)") lines/s** | ≥ 1,000,000 |"
+    fi
+}
+
+describe() {
+    local rev
+    rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "?")
+    git -C "$repo" diff --quiet HEAD -- src include 2>/dev/null || rev="$rev + uncommitted changes in src/"
+    echo "Run: \`bash bench/run.sh$([ "$QUICK" = 1 ] && echo " --quick")\`, $STARTED, outbox-relay $rev" \
+         "$([ ${#RELAY_EXTRA[@]} -gt 0 ] && echo "with ${RELAY_EXTRA[*]}")"
+    echo
+    echo "Machine: $NCPU vCPU ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1))," \
+         "$(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r);" \
+         "$("$PG_BIN/postgres" --version | sed 's/^postgres //')," \
+         "wal2json $(dpkg-query -W -f '${Version}' postgresql-15-wal2json 2>/dev/null)," \
+         "librdkafka $(pkg-config --modversion rdkafka); PostgreSQL, broker (build/mock-broker, 1 broker," \
+         "4 partitions per topic), relayers, consumer and pgbench ($CLIENTS clients) all on this machine." \
+         "Load average (1/5/15 min) before: $LOAD_BEFORE, after: $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo
+}
+
+echo
+{ describe; table; } | tee "$work/table.md"
+[ -z "$OUT" ] || cp "$work/table.md" "$OUT"
+ok=1
+log "done"
