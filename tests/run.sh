@@ -25,5 +25,6 @@ ctest --test-dir build-asan --output-on-failure
 echo "== fuzzing the decoder and the wire parser (clang, ASan/UBSan; docs/failure-modes.md has a longer run)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tests/fuzz/run.sh
 
+echo "== benchmark smoke run (small sizes; fails on a missing event, never on timing)" && bash bench/run.sh --quick
 echo "== integration tests"
 exec /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration "$@"
