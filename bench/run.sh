@@ -480,9 +480,11 @@ phase_drain() {
         psql_q -c "SELECT pg_copy_logical_replication_slot('bench_origin', 'bench_recv')" >/dev/null
         cpu_begin
         t0=$(now_us)
-        recvlogical bench_recv "$end_lsn" /dev/null
+        local TIMEFORMAT="%U %S"
+        { time recvlogical bench_recv "$end_lsn" /dev/null; } 2>"$work/recv.time"
         t1=$(now_us)
         cpu_end drain recv
+        rec drain recv_client_cores "$(calc "$(tail -1 "$work/recv.time" | awk '{ print $1 + $2 }') / $CPU_SECS")"
         drop_slot bench_recv
         rec drain recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
 
@@ -552,6 +554,7 @@ steady_run() {
     fi
     per=$(((total / k + CLIENTS - 1) / CLIENTS)) # transactions per client
     total=$((per * CLIENTS * k))
+    psql_q -c "TRUNCATE events_outbox, bench_orders" -c "CHECKPOINT" # every run alike
     create_slot bench_steady
     broker_start
     relay_start bench_steady "$work/steady-$name.log" wait
@@ -612,6 +615,7 @@ steady_run() {
 floor_run() {
     local name=$1 rate=$2 k=$3 per i probe recv
     per=$((((rate * STEADY_SECONDS) / k + CLIENTS - 1) / CLIENTS))
+    psql_q -c "TRUNCATE events_outbox, bench_orders" -c "CHECKPOINT"
     create_slot bench_floor
     rm -f "$work/floor.fifo"
     mkfifo "$work/floor.fifo"
@@ -665,12 +669,9 @@ phase_huge() {
     create_slot bench_huge_recv
     min_id=$(next_id)
     t0=$(now_us)
-    psql_q -c "WITH p AS MATERIALIZED (
-                   SELECT k, bench_type(k) AS type, bench_payload(k, k) AS payload
-                   FROM generate_series(0, 999) AS k)
-               INSERT INTO events_outbox (aggregate_id, type, payload)
-               SELECT md5(g::text)::uuid, p.type, p.payload
-               FROM generate_series(1, $HUGE_ROWS) AS g JOIN p ON p.k = g % 1000"
+    psql_q -c "INSERT INTO events_outbox (aggregate_id, type, payload)
+               SELECT md5(g::text)::uuid, e.type, e.payload
+               FROM generate_series(1, $HUGE_ROWS) AS g JOIN bench_events AS e ON e.k = g % 1000"
     t1=$(now_us)
     end_lsn=$(psql_q -c 'SELECT pg_current_wal_lsn()')
     rec huge insert_s "$(calc "($t1 - $t0) / 1e6")"
@@ -696,10 +697,24 @@ phase_huge() {
         "$(med huge recvlogical_s) s; relayer peak RSS $(med huge relay_hwm_mib) MiB"
 }
 
-load_run() { # load_run MODE REP
-    local mode=$1 r=$2 lsn0 lsn1 poller="" i
+# load_run MODE REP: MODE none, relay (outbox-relay), poll (the polling
+# relayer) or decode (pg_recvlogical into /dev/null: PostgreSQL's own share
+# of outbox-relay's cost, the part that stays on the primary when the
+# relayer and Kafka run elsewhere).
+load_run() {
+    local mode=$1 r=$2 lsn0 lsn1 poller="" recv="" i
     psql_q -c "TRUNCATE events_outbox, bench_orders" -c "CHECKPOINT"
     case "$mode" in
+    decode)
+        create_slot bench_load
+        bg "$PG_BIN/pg_recvlogical" -d "$DSN" --slot=bench_load --start -f /dev/null \
+            "${W2J_OPTS[@]}" 2>>"$work/load-decode.log"
+        recv=$BG_PID
+        for ((i = 0; i < 200; i++)); do
+            [ "$(psql_q -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'bench_load'")" = t ] && break
+            sleep 0.05
+        done
+        ;;
     relay)
         create_slot bench_load
         broker_start
@@ -714,7 +729,7 @@ load_run() { # load_run MODE REP
     local x0=0 x1=0 b0=0 b1=0 w0=0 w1=0 xpid="" ws=""
     case "$mode" in relay) xpid=$RELAY_PID ;; poll) xpid=$poller ;; esac
     [ -z "$xpid" ] || { x0=$(proc_ticks "$xpid"); b0=$(proc_ticks "$BROKER_PID"); }
-    if [ "$mode" = relay ]; then
+    if [ "$mode" = relay ] || [ "$mode" = decode ]; then
         ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_load'")
         w0=$(proc_ticks "$ws")
     fi
@@ -748,13 +763,18 @@ load_run() { # load_run MODE REP
         relay_stop "$work/load-relay-$r.log"
         drop_slot bench_load
         ;;
+    decode)
+        kill -INT "$recv" 2>/dev/null || true
+        wait_pid "$recv" 10
+        drop_slot bench_load
+        ;;
     poll)
         rec load_poll behind_at_end "$(psql_q -c "SELECT count(*) FROM events_outbox WHERE dispatched_at IS NULL")"
         stop_pid "$poller"
         [ "$STOP_RC" = 0 ] || die "polling relayer failed: $(tail -3 "$work/load-poll-$r.log")"
         ;;
     esac
-    [ "$mode" = none ] || broker_stop
+    [ "$mode" = none ] || [ "$mode" = decode ] || broker_stop
     log "load $mode $r/$LOAD_REPS: $PGB_TPS tx/s, $(calc "($lsn1 - $lsn0) / $PGB_TX") WAL bytes/event"
 }
 
@@ -762,6 +782,7 @@ phase_load() {
     local r
     for ((r = 1; r <= LOAD_REPS; r++)); do
         load_run none "$r"
+        load_run decode "$r"
         load_run relay "$r"
         load_run poll "$r"
     done
@@ -795,6 +816,16 @@ done
 # ------------------------------------------------------------------- table
 
 c2() { fmt %.2f "$(med "$1" "$2")"; } # a median number of cores
+# other PHASE MACHINE_KEY KEY...: cores busy that none of ours used (the
+# rest of the machine: other users' processes, the kernel's own threads).
+other() {
+    local phase=$1 total k
+    total=$(med "$phase" "$2")
+    shift 2
+    [ -n "$total" ] || { echo "—"; return; }
+    for k in "$@"; do total=$(calc "$total - 0$(med "$phase" "$k")"); done
+    fmt %.2f "$total"
+}
 
 table() {
     local d_recv d_relay d_poll
@@ -808,9 +839,9 @@ table() {
         echo "| drain: pg_recvlogical (decode limit) | $(fmt %.2f "$d_recv") s = $(fmt %.0f "$(calc "$BACKLOG / $d_recv")") events/s | |"
         echo "| drain: outbox-relay, until consumed | $(fmt %.2f "$d_relay") s = $(fmt %.0f "$(calc "$BACKLOG / $d_relay")") events/s; $(fmt %.2f "$(med drain relay_cpu_us_per_event)") µs CPU/event, peak RSS $(fmt %.1f "$(med drain relay_hwm_mib)") MiB | |"
         echo "| drain: polling relayer, until consumed | $(fmt %.2f "$d_poll") s = $(fmt %.0f "$(calc "$BACKLOG / $d_poll")") events/s | |"
-        echo "| drain CPU, cores busy (of $NCPU): pg_recvlogical | machine $(c2 drain recv_machine_cores): PostgreSQL $(c2 drain recv_postgres_cores) | |"
-        echo "| drain CPU: outbox-relay | machine $(c2 drain relay_machine_cores): PostgreSQL $(c2 drain relay_postgres_cores) (walsender $(c2 drain relay_walsender_cores)), relayer $(c2 drain relay_relay_cores), broker $(c2 drain relay_broker_cores), consumer $(c2 drain relay_consumer_cores) | |"
-        echo "| drain CPU: polling relayer | machine $(c2 drain poll_machine_cores): PostgreSQL $(c2 drain poll_postgres_cores), poller $(c2 drain poll_poller_cores), broker $(c2 drain poll_broker_cores), consumer $(c2 drain poll_consumer_cores) | |"
+        echo "| drain CPU, cores busy (of $NCPU): pg_recvlogical | machine $(c2 drain recv_machine_cores): PostgreSQL $(c2 drain recv_postgres_cores), pg_recvlogical $(c2 drain recv_client_cores), other $(other drain recv_machine_cores recv_postgres_cores recv_client_cores) | |"
+        echo "| drain CPU: outbox-relay | machine $(c2 drain relay_machine_cores): PostgreSQL $(c2 drain relay_postgres_cores) (walsender $(c2 drain relay_walsender_cores)), relayer $(c2 drain relay_relay_cores), broker $(c2 drain relay_broker_cores), consumer $(c2 drain relay_consumer_cores), other $(other drain relay_machine_cores relay_postgres_cores relay_relay_cores relay_broker_cores relay_consumer_cores) | |"
+        echo "| drain CPU: polling relayer | machine $(c2 drain poll_machine_cores): PostgreSQL $(c2 drain poll_postgres_cores), poller $(c2 drain poll_poller_cores), broker $(c2 drain poll_broker_cores), consumer $(c2 drain poll_consumer_cores), other $(other drain poll_machine_cores poll_postgres_cores poll_poller_cores poll_broker_cores poll_consumer_cores) | |"
         echo "| drain speed: outbox-relay ÷ decode limit | **$(fmt %.2f "$(calc "$d_recv / $d_relay")")×** | ≥ 0.9× |"
         echo "| drain speed: outbox-relay ÷ polling relayer | **$(fmt %.1f "$(calc "$d_poll / $d_relay")")×** | ≥ 30× |"
     fi
@@ -827,7 +858,7 @@ table() {
             echo "| steady $label: commit→delivery p50 / p95 / p99 (relayer histogram) | $(fmt %.2f "$(med "steady_$s" hist_p50_ms)") / $(fmt %.2f "$(med "steady_$s" hist_p95_ms)") / $(fmt %.2f "$(med "steady_$s" hist_p99_ms)") ms ($(fmt %.1f "$(calc "100 * $(med "steady_$s" share_le_5ms)")") % ≤ 5 ms, $(fmt %.1f "$(calc "100 * $(med "steady_$s" share_le_10ms)")") % ≤ 10 ms, $(fmt %.2f "$(calc "100 * $(med "steady_$s" share_le_25ms)")") % ≤ 25 ms) | $([ $s = 5k ] && echo "p50 ≤ 5, p99 ≤ 20 ms") |"
             [ $s = max ] || echo "| steady $label: floor, commit→pg_recvlogical p50 / p95 / p99 (no relayer) | $(fmt %.2f "$(med "floor_$s" p50_ms)") / $(fmt %.2f "$(med "floor_$s" p95_ms)") / $(fmt %.2f "$(med "floor_$s" p99_ms)") ms | |"
             echo "| steady $label: tx start→consumer p50 / p95 / p99 | $(fmt %.2f "$(med "steady_$s" e2e_p50_ms)") / $(fmt %.2f "$(med "steady_$s" e2e_p95_ms)") / $(fmt %.2f "$(med "steady_$s" e2e_p99_ms)") ms | |"
-            echo "| steady $label: cores busy (of $NCPU) | machine $(c2 "steady_$s" cpu_machine_cores): PostgreSQL $(c2 "steady_$s" cpu_postgres_cores) (walsender $(c2 "steady_$s" cpu_walsender_cores)), relayer $(c2 "steady_$s" cpu_relay_cores), broker $(c2 "steady_$s" cpu_broker_cores), consumer $(c2 "steady_$s" cpu_consumer_cores), pgbench $(c2 "steady_$s" cpu_pgbench_cores) | |"
+            echo "| steady $label: cores busy (of $NCPU) | machine $(c2 "steady_$s" cpu_machine_cores): PostgreSQL $(c2 "steady_$s" cpu_postgres_cores) (walsender $(c2 "steady_$s" cpu_walsender_cores)), relayer $(c2 "steady_$s" cpu_relay_cores), broker $(c2 "steady_$s" cpu_broker_cores), consumer $(c2 "steady_$s" cpu_consumer_cores), pgbench $(c2 "steady_$s" cpu_pgbench_cores), other $(other "steady_$s" cpu_machine_cores cpu_postgres_cores cpu_relay_cores cpu_broker_cores cpu_consumer_cores cpu_pgbench_cores) | |"
             echo "| steady $label: relayer CPU, peak RSS | $(fmt %.1f "$(med "steady_$s" cpu_pct)") % of a core ($(fmt %.1f "$(med "steady_$s" cpu_us_per_event)") µs/event), $(fmt %.1f "$(med "steady_$s" hwm_mib)") MiB | $([ $s = 5k ] && echo "≤ 10 %, ≤ 32 MiB") |"
         done
     fi
@@ -838,13 +869,15 @@ table() {
     if has_phase load; then
         local none relay poll
         none=$(med load_none tps); relay=$(med load_relay tps); poll=$(med load_poll tps)
-        echo "| primary load ($CLIENTS pgbench clients, ${LOAD_SECONDS} s × $LOAD_REPS): tx/s no relayer / outbox-relay / polling | $(fmt %.0f "$none") / $(fmt %.0f "$relay") / $(fmt %.0f "$poll") | |"
-        echo "| producer throughput with outbox-relay ÷ none | **$(fmt %.3f "$(calc "$relay / $none")")×** (polling: $(fmt %.3f "$(calc "$poll / $none")")×) | ≥ 0.95× |"
+        local dec
+        dec=$(med load_decode tps)
+        echo "| primary load ($CLIENTS pgbench clients, ${LOAD_SECONDS} s, medians of $LOAD_REPS): producer tx/s with no relayer / outbox-relay / polling relayer / decoding only (pg_recvlogical) | $(fmt %.0f "$none") / $(fmt %.0f "$relay") / $(fmt %.0f "$poll") / $(fmt %.0f "$dec") | |"
+        echo "| producer throughput with outbox-relay ÷ none | **$(fmt %.3f "$(calc "$relay / $none")")×** (polling: $(fmt %.3f "$(calc "$poll / $none")")×; decoding only: $(fmt %.3f "$(calc "$dec / $none")")×) | ≥ 0.95× |"
         local m
-        for m in none relay poll; do
-            echo "| primary load CPU, cores busy (of $NCPU): $(case $m in none) echo "no relayer" ;; relay) echo "outbox-relay" ;; poll) echo "polling relayer" ;; esac) | machine $(c2 "load_$m" cpu_machine_cores): PostgreSQL $(c2 "load_$m" cpu_postgres_cores)$([ $m = relay ] && echo " (walsender $(c2 load_relay cpu_walsender_cores))"), pgbench $(c2 "load_$m" cpu_pgbench_cores)$([ $m = none ] || echo ", relayer $(c2 "load_$m" cpu_relayer_cores), broker $(c2 "load_$m" cpu_broker_cores)") | |"
+        for m in none decode relay poll; do
+            echo "| primary load CPU, cores busy (of $NCPU): $(case $m in none) echo "no relayer" ;; decode) echo "decoding only" ;; relay) echo "outbox-relay" ;; poll) echo "polling relayer" ;; esac) | machine $(c2 "load_$m" cpu_machine_cores): PostgreSQL $(c2 "load_$m" cpu_postgres_cores)$([ $m = relay ] || [ $m = decode ] && echo " (walsender $(c2 "load_$m" cpu_walsender_cores))"), pgbench $(c2 "load_$m" cpu_pgbench_cores)$([ $m = relay ] || [ $m = poll ] && echo ", relayer $(c2 "load_$m" cpu_relayer_cores), broker $(c2 "load_$m" cpu_broker_cores)"), other $(other "load_$m" cpu_machine_cores cpu_postgres_cores cpu_pgbench_cores cpu_relayer_cores cpu_broker_cores) | |"
         done
-        echo "| WAL bytes per event: none / outbox-relay / polling | $(fmt %.0f "$(med load_none wal_bytes_per_event)") / **$(fmt %.0f "$(med load_relay wal_bytes_per_event)")** / $(fmt %.0f "$(med load_poll wal_bytes_per_event)") | no extra |"
+        echo "| WAL bytes per event: none / outbox-relay / polling relayer | $(fmt %.0f "$(med load_none wal_bytes_per_event)") / **$(fmt %.0f "$(med load_relay wal_bytes_per_event)")** / $(fmt %.0f "$(med load_poll wal_bytes_per_event)") | no extra |"
         echo "| primary load: outbox-relay tail after producers stop / polling rows behind at end | $(fmt %.2f "$(med load_relay tail_s)") s / $(fmt %.0f "$(med load_poll behind_at_end)") | |"
     fi
     if has_phase decoder && [ -n "$(med decoder lines_per_s)" ]; then
