@@ -894,7 +894,7 @@ describe() {
     echo
     echo "Machine: $NCPU vCPU ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1))," \
          "$(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r);" \
-         "$("$PG_BIN/postgres" --version | sed 's/^postgres //')," \
+         "$("$PG_BIN/postgres" --version | sed 's/^postgres (PostgreSQL) /PostgreSQL /')," \
          "wal2json $(dpkg-query -W -f '${Version}' postgresql-15-wal2json 2>/dev/null)," \
          "librdkafka $(pkg-config --modversion rdkafka); PostgreSQL, broker (build/mock-broker, 1 broker," \
          "4 partitions per topic), relayers, consumer and pgbench ($CLIENTS clients) all on this machine." \
