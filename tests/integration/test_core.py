@@ -890,7 +890,7 @@ def test_bounded_memory_one_huge_transaction(pg, broker, kafka, relayer):
     # (older message sets are dropped, the low watermark moves), so the
     # read-back must keep up while the relayer produces: kcat (a C consumer)
     # reads from the start, before the transaction is even committed.
-    broker.cmd("topic bulk 4")
+    broker.cmd("topic bulk 64")  # 64 x the mock's 5 MiB per partition
     ids = []
     proc = subprocess.Popen(["kcat", "-C", "-u", "-b", broker.bootstrap, "-t", "bulk", "-o",
                              "beginning", "-q", "-f", "%h\n"],
