@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 import uuid
+import zlib
 
 import psycopg2
 import pytest
@@ -94,6 +95,29 @@ def committed_offsets(bootstrap, group, topic, partitions):
         return {tp.partition: tp.offset for tp in got}
     finally:
         c.close()
+
+
+def high_watermarks(bootstrap, topic, partitions):
+    """{partition: high watermark} of a topic."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks", "log_level": 3})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in partitions}
+    finally:
+        c.close()
+
+
+def keys_covering(nparts, per_partition):
+    """Random UUID keys, per_partition of them for each of nparts partitions
+    under librdkafka's default partitioner (CRC-32 of the key)."""
+    got = {p: [] for p in range(nparts)}
+    while any(len(v) < per_partition for v in got.values()):
+        k = str(uuid.uuid4())
+        part = got[zlib.crc32(k.encode()) % nparts]
+        if len(part) < per_partition:
+            part.append(k)
+    return [k for v in got.values() for k in v]
 
 
 def event(customer, points, event_id, typ="order.placed", payload=None):
@@ -417,28 +441,16 @@ def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, 
     assert kills == {"relayer": 3, "consumer": 3}
 
 
-# KNOWN BUG (issue 6 stays open): with cooperative-sticky against librdkafka
-# 2.0.2's mock cluster, the consumer that is left with all four partitions
-# after the other leaves (log: "revoked 2 partition(s)", then "assigned 4
-# partition(s)") fetches nothing more for 30 s, so the partitions it took
-# over never get a committed offset (-1001). Effects stay exactly-once
-# (points and processed_events are checked before), but offsets do not
-# advance. Not yet known whether the fault is in src/consumer.c's
-# incremental assign path or in the mock's cooperative protocol.
-COOPERATIVE_BUG = pytest.mark.xfail(
-    reason="cooperative-sticky: partitions taken over after a leave are not fetched "
-           "(see the comment above)", strict=False)
-
-
-@pytest.mark.parametrize("strategy", ["range",
-                                      pytest.param("cooperative-sticky",
-                                                   marks=COOPERATIVE_BUG)])
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_rebalance_between_two_consumers(shop, broker, kafka, consume, strategy):
     """A second consumer joins the group while events flow, then the first
     one is stopped: every event is applied exactly once across the two."""
     pg = shop
     broker.cmd("topic order 4")
-    customers = [str(uuid.uuid4()) for _ in range(8)]
+    # Two customers per partition (librdkafka's default partitioner is CRC-32
+    # of the key), so every partition has traffic and a takeover of each is
+    # exercised; an empty partition would rightly have no committed offset.
+    customers = keys_covering(4, per_partition=2)
     expected = {}
     stop = threading.Event()
     sent = []
@@ -485,13 +497,15 @@ def test_rebalance_between_two_consumers(shop, broker, kafka, consume, strategy)
     # The effects are complete as soon as a applied them, but b may not have
     # fetched a partition it took over yet (its first batch there is all
     # duplicates): wait, bounded, until b has committed past every message.
+    ends = high_watermarks(broker.bootstrap, "order", [0, 1, 2, 3])
+    assert sum(ends.values()) == total and all(ends.values()), ends
     deadline = time.monotonic() + 30
     while True:
         offs = committed_offsets(broker.bootstrap, "loyalty", "order", [0, 1, 2, 3])
-        if sum(offs.values()) == total or time.monotonic() > deadline:
+        if offs == ends or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert b.terminate(30) == 0
     offs = committed_offsets(broker.bootstrap, "loyalty", "order", [0, 1, 2, 3])
-    assert sum(offs.values()) == total, offs
+    assert offs == ends, (offs, ends)
     print("\n%s: %d events across a join and a leave" % (strategy, total))
