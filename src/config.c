@@ -1,13 +1,14 @@
 /*
  * config.c — the option table and the four sources it is read from (see
- * config.h). Adding an option means adding one row to `options`.
+ * config.h). Adding an option means adding one row to `options`; the
+ * machinery that reads a table (kinds, environment, command line, --help
+ * rows) is options.c, shared with outbox-consume.
  */
 #include "outbox_relay/config.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <libpq-fe.h>
-#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -15,96 +16,100 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum opt_kind { OPT_BOOL, OPT_BACKFILL, OPT_STR, OPT_LONG, OPT_SIZE, OPT_SECONDS, OPT_LOGLEVEL, OPT_LOGFORMAT, OPT_POISON };
+#include "outbox_relay/options.h"
 
-struct opt_def {
-    const char *name; /* long option name, dashes */
-    enum opt_kind kind;
-    size_t offset;
-    const char *defval;
-    const char *arg;  /* placeholder in --help, NULL for none */
-    const char *help;
-};
+_Static_assert(sizeof(enum poison_policy) == sizeof(int), "OPT_ENUM stores an int");
+
+static const struct option_word poison_words[] = {
+    {"halt", POISON_HALT}, {"dead-letter", POISON_DEAD_LETTER}, {NULL, 0}};
+static const struct option_word backfill_words[] = {{"none", 0}, {"pending", 1}, {NULL, 0}};
 
 #define OFF(field) offsetof(struct relay_config, field)
+/* A row: name, kind, field, default (NULL: none), placeholder in --help
+ * (NULL: none), help text; OPT_WORDS adds the words an OPT_ENUM or OPT_FLAG
+ * option takes. */
+#define OPT(name, kind, field, defval, arg, help) \
+    {name, kind, OFF(field), defval, arg, help, NULL, 0}
+#define OPT_WORDS(name, kind, field, defval, arg, help, words) \
+    {name, kind, OFF(field), defval, arg, help, words, 0}
 
-static const struct opt_def options[] = {
-    {"dsn", OPT_STR, OFF(dsn), NULL, "CONNINFO",
-     "PostgreSQL connection string (key=value or URI); required"},
-    {"brokers", OPT_STR, OFF(brokers), NULL, "HOST:PORT[,...]",
-     "Kafka bootstrap servers; required to run"},
-    {"slot", OPT_STR, OFF(slot), "outbox_relay", "NAME",
-     "logical replication slot (created with wal2json if missing)"},
-    {"table", OPT_STR, OFF(table), "public.events_outbox", "SCHEMA.TABLE",
-     "the outbox table whose INSERTs are relayed"},
-    {"topic", OPT_STR, OFF(topic), "{prefix}", "TEMPLATE",
-     "topic: fixed name, or a template with {type} and {prefix} (type before the first '.')"},
-    {"message-prefix", OPT_STR, OFF(message_prefix), "outbox", "PREFIX",
-     "also relay transactional logical messages with this prefix (\"\" turns it off)"},
-    {"max-inflight", OPT_LONG, OFF(max_inflight), "10000", "N",
-     "at most N events produced and not yet delivered; reading WAL pauses beyond"},
-    {"max-inflight-bytes", OPT_SIZE, OFF(max_inflight_bytes), "16M", "BYTES",
-     "at most this many payload bytes in flight (K/M/G suffixes)"},
-    {"status-interval", OPT_SECONDS, OFF(status_interval), "10", "SECONDS",
-     "interval of standby status updates to the server"},
-    {"shutdown-timeout", OPT_SECONDS, OFF(shutdown_timeout), "30", "SECONDS",
-     "on SIGTERM, how long to wait for outstanding deliveries"},
-    {"reconnect-max", OPT_SECONDS, OFF(reconnect_max), "30", "SECONDS",
-     "cap of the exponential reconnect backoff"},
-    {"on-poison", OPT_POISON, OFF(on_poison), "halt", "halt|dead-letter",
-     "what to do with an event no retry can deliver"},
-    {"dead-letter-topic", OPT_STR, OFF(dead_letter_topic), "outbox.dead-letter", "TOPIC",
-     "where --on-poison dead-letter sends poison events"},
-    {"retention", OPT_STR, OFF(retention), "7 days", "INTERVAL",
-     "reaper: delete delivered outbox rows older than this (PostgreSQL interval; 0 = off)"},
-    {"reap-batch", OPT_LONG, OFF(reap_batch), "5000", "N", "reaper: rows per DELETE batch"},
-    {"reap-interval", OPT_SECONDS, OFF(reap_interval), "60", "SECONDS",
-     "reaper: pause between runs"},
-    {"reap-pause", OPT_SECONDS, OFF(reap_pause), "0.1", "SECONDS",
-     "reaper: pause between batches"},
-    {"metrics-addr", OPT_STR, OFF(metrics_addr), NULL, "HOST:PORT",
-     "serve /metrics, /healthz and /readyz over HTTP (off by default)"},
-    {"heartbeat-interval", OPT_SECONDS, OFF(heartbeat_interval), "0", "SECONDS",
-     "emit a non-transactional logical message this often so an idle slot advances (0 = off)"},
-    {"max-lag-bytes", OPT_SIZE, OFF(max_lag_bytes), "1G", "BYTES",
-     "/readyz and `status`: slot lag above this is unhealthy"},
-    {"max-age", OPT_SECONDS, OFF(max_age), "300", "SECONDS",
-     "`status`: confirmation lagging more than this is unhealthy"},
-    {"takeover-after", OPT_SECONDS, OFF(takeover_after), "0", "SECONDS",
-     "standby: terminate the slot's walsender when its client has been silent this long "
-     "(0 = wait for the server's wal_sender_timeout)"},
-    {"failover-slot", OPT_BOOL, OFF(failover_slot), "false", "true|false",
-     "create the slot with FAILOVER so it survives a primary failover (PostgreSQL 17+)"},
-    {"recreate-slot", OPT_BOOL, OFF(recreate_slot), "false", "true|false",
-     "create the slot even though an earlier one made by outbox-relay was dropped or lost "
-     "(events committed meanwhile may be missing; see --backfill)"},
-    {"backfill", OPT_BACKFILL, OFF(backfill_pending), "none", "none|pending",
-     "when creating the slot, first publish the rows a polling relayer left undispatched"},
-    {"log-level", OPT_LOGLEVEL, OFF(log_level), "info", "debug|info|warn|error", "log level"},
-    {"log-format", OPT_LOGFORMAT, OFF(log_format), "text", "text|json", "log line format"},
+static const struct option_def options[] = {
+    OPT("dsn", OPT_STR, dsn, NULL, "CONNINFO",
+        "PostgreSQL connection string (key=value or URI); required"),
+    OPT("brokers", OPT_STR, brokers, NULL, "HOST:PORT[,...]",
+        "Kafka bootstrap servers; required to run"),
+    OPT("slot", OPT_STR, slot, "outbox_relay", "NAME",
+        "logical replication slot (created with wal2json if missing)"),
+    OPT("table", OPT_STR, table, "public.events_outbox", "SCHEMA.TABLE",
+        "the outbox table whose INSERTs are relayed"),
+    OPT("topic", OPT_STR, topic, "{prefix}", "TEMPLATE",
+        "topic: fixed name, or a template with {type} and {prefix} (type before the first '.')"),
+    OPT("message-prefix", OPT_STR, message_prefix, "outbox", "PREFIX",
+        "also relay transactional logical messages with this prefix (\"\" turns it off)"),
+    OPT("max-inflight", OPT_LONG, max_inflight, "10000", "N",
+        "at most N events produced and not yet delivered; reading WAL pauses beyond"),
+    OPT("max-inflight-bytes", OPT_SIZE, max_inflight_bytes, "16M", "BYTES",
+        "at most this many payload bytes in flight (K/M/G suffixes)"),
+    OPT("status-interval", OPT_SECONDS, status_interval, "10", "SECONDS",
+        "interval of standby status updates to the server"),
+    OPT("shutdown-timeout", OPT_SECONDS, shutdown_timeout, "30", "SECONDS",
+        "on SIGTERM, how long to wait for outstanding deliveries"),
+    OPT("reconnect-max", OPT_SECONDS, reconnect_max, "30", "SECONDS",
+        "cap of the exponential reconnect backoff"),
+    OPT_WORDS("on-poison", OPT_ENUM, on_poison, "halt", "halt|dead-letter",
+              "what to do with an event no retry can deliver", poison_words),
+    OPT("dead-letter-topic", OPT_STR, dead_letter_topic, "outbox.dead-letter", "TOPIC",
+        "where --on-poison dead-letter sends poison events"),
+    OPT("retention", OPT_STR, retention, "7 days", "INTERVAL",
+        "reaper: delete delivered outbox rows older than this (PostgreSQL interval; 0 = off)"),
+    OPT("reap-batch", OPT_LONG, reap_batch, "5000", "N", "reaper: rows per DELETE batch"),
+    OPT("reap-interval", OPT_SECONDS, reap_interval, "60", "SECONDS",
+        "reaper: pause between runs"),
+    OPT("reap-pause", OPT_SECONDS, reap_pause, "0.1", "SECONDS",
+        "reaper: pause between batches"),
+    OPT("metrics-addr", OPT_STR, metrics_addr, NULL, "HOST:PORT",
+        "serve /metrics, /healthz and /readyz over HTTP (off by default)"),
+    OPT("heartbeat-interval", OPT_SECONDS, heartbeat_interval, "0", "SECONDS",
+        "emit a non-transactional logical message this often so an idle slot advances (0 = off)"),
+    OPT("max-lag-bytes", OPT_SIZE, max_lag_bytes, "1G", "BYTES",
+        "/readyz and `status`: slot lag above this is unhealthy"),
+    OPT("max-age", OPT_SECONDS, max_age, "300", "SECONDS",
+        "`status`: confirmation lagging more than this is unhealthy"),
+    OPT("takeover-after", OPT_SECONDS, takeover_after, "0", "SECONDS",
+        "standby: terminate the slot's walsender when its client has been silent this long "
+        "(0 = wait for the server's wal_sender_timeout)"),
+    OPT("failover-slot", OPT_BOOL, failover_slot, "false", "true|false",
+        "create the slot with FAILOVER so it survives a primary failover (PostgreSQL 17+)"),
+    OPT("recreate-slot", OPT_BOOL, recreate_slot, "false", "true|false",
+        "create the slot even though an earlier one made by outbox-relay was dropped or lost "
+        "(events committed meanwhile may be missing; see --backfill)"),
+    OPT_WORDS("backfill", OPT_FLAG, backfill_pending, "none", "none|pending",
+              "when creating the slot, first publish the rows a polling relayer left undispatched",
+              backfill_words),
+    OPT("log-level", OPT_LOGLEVEL, log_level, "info", "debug|info|warn|error", "log level"),
+    OPT_WORDS("log-format", OPT_ENUM, log_format, "text", "text|json", "log line format",
+              option_log_formats),
+    /* Found before anything else is read (find_config_path); the other
+     * sources skip it. */
     {"config", OPT_STR, OFF(config_file), NULL, "FILE",
-     "read `name = value` lines (kafka.<property> for librdkafka)"},
+     "read `name = value` lines (kafka.<property> for librdkafka)", NULL, OPT_READ_FIRST},
 };
 
-#define NOPTIONS (sizeof options / sizeof options[0])
+static void print_help(const char *prog);
+static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen);
 
-static const struct opt_def *find_option(const char *name, size_t len)
-{
-    for (size_t i = 0; i < NOPTIONS; i++) {
-        const char *o = options[i].name;
-        if (strlen(o) != len)
-            continue;
-        size_t j = 0;
-        for (; j < len; j++) {
-            char c = name[j] == '_' ? '-' : (char) tolower((unsigned char) name[j]);
-            if (c != o[j])
-                break;
-        }
-        if (j == len)
-            return &options[i];
-    }
-    return NULL;
-}
+static const struct options_spec spec = {
+    .program = "outbox-relay",
+    .defs = options,
+    .ndefs = sizeof options / sizeof options[0],
+    .env_prefix = "OUTBOX_RELAY_",
+    .kafka_offset = OFF(kafka),
+    .nkafka_offset = OFF(nkafka),
+    .help_width = 34,
+    .kafka_help = "librdkafka property (TLS, SASL, compression, linger...), repeatable;",
+    .print_help = print_help,
+    .set_kafka_arg = set_kafka_arg,
+};
 
 int config_parse_long(const char *s, long *out)
 {
@@ -114,30 +119,6 @@ int config_parse_long(const char *s, long *out)
     if (errno != 0 || end == s || *end != '\0')
         return -1;
     *out = v;
-    return 0;
-}
-
-static int parse_size(const char *s, long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || v < 0)
-        return -1;
-    long long mult = 1;
-    if (*end == 'K' || *end == 'k')
-        mult = 1024LL, end++;
-    else if (*end == 'M' || *end == 'm')
-        mult = 1024LL * 1024, end++;
-    else if (*end == 'G' || *end == 'g')
-        mult = 1024LL * 1024 * 1024, end++;
-    if (*end == 'i' && mult > 1)
-        end++;
-    if ((*end == 'B' || *end == 'b') && end[1] == '\0')
-        end++;
-    if (*end != '\0' || v > (long long) (LONG_MAX / mult))
-        return -1;
-    *out = (long) (v * mult);
     return 0;
 }
 
@@ -191,108 +172,23 @@ static int set_kafka(struct relay_config *cfg, const char *key, size_t keylen,
     return config_kafka_set(cfg->kafka, &cfg->nkafka, key, keylen, value, err, errlen);
 }
 
-/* -X key=value */
-static int set_kafka_kv(struct relay_config *cfg, const char *kv, const char *source,
-                        char *err, size_t errlen)
+/* -X key=value on the command line (kv NULL: -X was the last argument) */
+static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen)
 {
+    if (kv == NULL) {
+        snprintf(err, errlen, "-X needs property=value");
+        return -1;
+    }
     const char *eq = strchr(kv, '=');
     if (eq == NULL) {
         if (config_safe_to_echo(kv))
-            snprintf(err, errlen, "%s: -X expects property=value, got \"%s\"", source, kv);
+            snprintf(err, errlen, "command line: -X expects property=value, got \"%s\"", kv);
         else
-            snprintf(err, errlen, "%s: -X expects property=value, got an argument without "
-                     "'=' (not shown: it may hold a secret)", source);
+            snprintf(err, errlen, "command line: -X expects property=value, got an argument "
+                     "without '=' (not shown: it may hold a secret)");
         return -1;
     }
     return set_kafka(cfg, kv, (size_t) (eq - kv), eq + 1, err, errlen);
-}
-
-static int set_option(struct relay_config *cfg, const struct opt_def *o, const char *value,
-                      const char *source, char *err, size_t errlen)
-{
-    void *field = (char *) cfg + o->offset;
-    int lvl;
-
-    switch (o->kind) {
-    case OPT_BOOL:
-        if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0 || strcmp(value, "yes") == 0 ||
-            strcmp(value, "on") == 0) {
-            *(bool *) field = true;
-            return 0;
-        }
-        if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0 || strcmp(value, "no") == 0 ||
-            strcmp(value, "off") == 0) {
-            *(bool *) field = false;
-            return 0;
-        }
-        snprintf(err, errlen, "%s: --%s expects true or false, got \"%s\"", source, o->name,
-                 value);
-        return -1;
-    case OPT_BACKFILL:
-        if (strcmp(value, "none") == 0 || strcmp(value, "pending") == 0) {
-            *(bool *) field = strcmp(value, "pending") == 0;
-            return 0;
-        }
-        snprintf(err, errlen, "%s: --%s expects none or pending, got \"%s\"", source, o->name,
-                 value);
-        return -1;
-    case OPT_STR: {
-        char *copy = strdup(value);
-        if (copy == NULL) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        free(*(char **) field);
-        *(char **) field = copy;
-        return 0;
-    }
-    case OPT_LONG:
-        if (config_parse_long(value, (long *) field) == 0)
-            return 0;
-        snprintf(err, errlen, "%s: --%s expects a whole number, got \"%s\"", source, o->name,
-                 value);
-        return -1;
-    case OPT_SIZE:
-        if (parse_size(value, (long *) field) == 0)
-            return 0;
-        snprintf(err, errlen, "%s: --%s expects a byte count such as 16M, got \"%s\"", source,
-                 o->name, value);
-        return -1;
-    case OPT_SECONDS:
-        if (config_parse_seconds(value, (double *) field) == 0)
-            return 0;
-        snprintf(err, errlen, "%s: --%s expects seconds (e.g. 10 or 0.5), got \"%s\"", source,
-                 o->name, value);
-        return -1;
-    case OPT_LOGLEVEL:
-        lvl = log_level_parse(value);
-        if (lvl >= 0) {
-            *(enum log_level *) field = (enum log_level) lvl;
-            return 0;
-        }
-        snprintf(err, errlen, "%s: --%s expects debug, info, warn or error, got \"%s\"", source,
-                 o->name, value);
-        return -1;
-    case OPT_LOGFORMAT:
-        if (strcmp(value, "text") == 0 || strcmp(value, "json") == 0) {
-            *(enum log_format *) field =
-                strcmp(value, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
-            return 0;
-        }
-        snprintf(err, errlen, "%s: --%s expects text or json, got \"%s\"", source, o->name,
-                 value);
-        return -1;
-    case OPT_POISON:
-        if (strcmp(value, "halt") == 0 || strcmp(value, "dead-letter") == 0) {
-            *(enum poison_policy *) field =
-                strcmp(value, "halt") == 0 ? POISON_HALT : POISON_DEAD_LETTER;
-            return 0;
-        }
-        snprintf(err, errlen, "%s: --%s expects halt or dead-letter, got \"%s\"", source,
-                 o->name, value);
-        return -1;
-    }
-    return -1;
 }
 
 static char *trim(char *s)
@@ -345,8 +241,8 @@ static int load_file(struct relay_config *cfg, const char *path, char *err, size
                 has_secret = true;
             continue;
         }
-        const struct opt_def *o = find_option(name, strlen(name));
-        if (o == NULL || strcmp(o->name, "config") == 0) {
+        const struct option_def *o = options_find(&spec, name, strlen(name));
+        if (o == NULL || (o->flags & OPT_READ_FIRST)) {
             snprintf(err, errlen, "%s: unknown setting \"%s\" (see --help; librdkafka properties "
                      "go as kafka.<property>)", source, name);
             rc = -1;
@@ -356,7 +252,7 @@ static int load_file(struct relay_config *cfg, const char *path, char *err, size
             has_secret = true;
         if (strcmp(o->name, "dsn") == 0 && strstr(value, "://") && strchr(value, '@'))
             has_secret = true;
-        rc = set_option(cfg, o, value, source, err, errlen);
+        rc = options_set(cfg, o, value, source, err, errlen);
     }
     fclose(f);
     if (rc == 0 && has_secret && others_can_read)
@@ -377,20 +273,7 @@ static void print_help(const char *prog)
            "Options (each also as OUTBOX_RELAY_<NAME> in the environment and as\n"
            "`name = value` in a --config file; command line wins, then environment):\n",
            prog, prog, prog, prog);
-    for (size_t i = 0; i < NOPTIONS; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s %s", options[i].name,
-                 options[i].arg ? options[i].arg : "");
-        printf("  %-34s %s", left, options[i].help);
-        if (options[i].defval)
-            printf(" (default: %s)", options[i].defval);
-        printf("\n");
-    }
-    printf("  %-34s %s\n", "-X PROPERTY=VALUE",
-           "librdkafka property (TLS, SASL, compression, linger...), repeatable;");
-    printf("  %-34s %s\n", "", "env OUTBOX_RELAY_KAFKA_<PROPERTY> with '_' for '.'");
-    printf("  %-34s %s\n", "-h, --help", "this help");
-    printf("  %-34s %s\n", "-V, --version", "print the version");
+    options_print_table(&spec);
     printf("\nExit status: 0 after a clean stop (SIGTERM/SIGINT), 1 on a fatal error,\n"
            "2 on bad usage or configuration.\n");
 }
@@ -404,6 +287,22 @@ bool config_safe_to_echo(const char *s)
         if (!isalnum((unsigned char) s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
             return false;
     return true;
+}
+
+int config_check_dsn(const char *dsn, char *err, size_t errlen)
+{
+    char *errmsg = NULL;
+    PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg);
+    if (opts == NULL) {
+        /* libpq's message may quote the DSN, password included: do not echo it. */
+        snprintf(err, errlen, "--dsn is not a valid PostgreSQL connection string (%s)",
+                 errmsg && strstr(errmsg, "missing") ? "missing \"=\" after a keyword"
+                                                     : "syntax error");
+        PQfreemem(errmsg);
+        return -1;
+    }
+    PQconninfoFree(opts);
+    return 0;
 }
 
 int config_check_slot_name(const char *name, char *err, size_t errlen)
@@ -523,18 +422,8 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "--brokers is required (Kafka bootstrap servers, HOST:PORT[,...])");
         return -1;
     }
-    char *errmsg = NULL;
-    PQconninfoOption *opts = PQconninfoParse(cfg->dsn, &errmsg);
-    if (opts == NULL) {
-        /* libpq's message may quote the DSN; do not echo it. */
-        snprintf(err, errlen, "--dsn is not a valid PostgreSQL connection string (%s)",
-                 errmsg && strstr(errmsg, "missing") ? "missing \"=\" after a keyword"
-                                                     : "syntax error");
-        PQfreemem(errmsg);
-        return -1;
-    }
-    PQconninfoFree(opts);
-    if (config_check_slot_name(cfg->slot, err, errlen) < 0)
+    if (config_check_dsn(cfg->dsn, err, errlen) < 0 ||
+        config_check_slot_name(cfg->slot, err, errlen) < 0)
         return -1;
 
     const char *dot = strchr(cfg->table, '.');
@@ -629,114 +518,30 @@ static const char *find_config_path(int argc, char **argv, char **envp)
     return path;
 }
 
-static int load_env(struct relay_config *cfg, char **envp, char *err, size_t errlen)
+/* The command (run, reap, status) in argv[1], when there is one: sets
+ * cfg->command and returns the index of the first option, or -1 with err. */
+static int load_command(struct relay_config *cfg, int argc, char **argv, char *err,
+                        size_t errlen)
 {
-    static const char pfx[] = "OUTBOX_RELAY_";
-    static const char kpfx[] = "OUTBOX_RELAY_KAFKA_";
-    for (char **e = envp; e && *e; e++) {
-        if (strncmp(*e, pfx, sizeof pfx - 1) != 0)
-            continue;
-        const char *name = *e + sizeof pfx - 1;
-        const char *eq = strchr(name, '=');
-        if (eq == NULL)
-            continue;
-        char source[128];
-        snprintf(source, sizeof source, "environment %.*s", (int) (eq - *e), *e);
-        if (strncmp(*e, kpfx, sizeof kpfx - 1) == 0) {
-            const char *k = *e + sizeof kpfx - 1;
-            char key[256];
-            size_t n = (size_t) (eq - k);
-            if (n >= sizeof key)
-                continue;
-            for (size_t i = 0; i < n; i++)
-                key[i] = k[i] == '_' ? '.' : (char) tolower((unsigned char) k[i]);
-            key[n] = '\0';
-            if (set_kafka(cfg, key, n, eq + 1, err, errlen) < 0)
-                return -1;
-            continue;
-        }
-        const struct opt_def *o = find_option(name, (size_t) (eq - name));
-        if (o == NULL || strcmp(o->name, "config") == 0)
-            continue; /* OUTBOX_RELAY_BUILD and friends belong to others */
-        if (set_option(cfg, o, eq + 1, source, err, errlen) < 0)
-            return -1;
+    if (argc <= 1 || argv[1][0] == '-')
+        return 1;
+    if (strcmp(argv[1], "run") == 0)
+        cfg->command = RELAY_CMD_RUN;
+    else if (strcmp(argv[1], "reap") == 0)
+        cfg->command = RELAY_CMD_REAP;
+    else if (strcmp(argv[1], "status") == 0)
+        cfg->command = RELAY_CMD_STATUS;
+    else {
+        if (config_safe_to_echo(argv[1]))
+            snprintf(err, errlen, "unknown command \"%s\" (expected run, reap or status; "
+                     "see --help)", argv[1]);
+        else
+            snprintf(err, errlen, "unknown command in the first argument (expected run, "
+                     "reap or status, or an option starting with --; not shown: it may "
+                     "hold a secret)");
+        return -1;
     }
-    return 0;
-}
-
-static int load_args(struct relay_config *cfg, int argc, char **argv, char *err,
-                     size_t errlen, bool *exit_now)
-{
-    int i = 1;
-    if (argc > 1 && argv[1][0] != '-') {
-        if (strcmp(argv[1], "run") == 0)
-            cfg->command = RELAY_CMD_RUN;
-        else if (strcmp(argv[1], "reap") == 0)
-            cfg->command = RELAY_CMD_REAP;
-        else if (strcmp(argv[1], "status") == 0)
-            cfg->command = RELAY_CMD_STATUS;
-        else {
-            if (config_safe_to_echo(argv[1]))
-                snprintf(err, errlen, "unknown command \"%s\" (expected run, reap or status; "
-                         "see --help)", argv[1]);
-            else
-                snprintf(err, errlen, "unknown command in the first argument (expected run, "
-                         "reap or status, or an option starting with --; not shown: it may "
-                         "hold a secret)");
-            return -1;
-        }
-        i = 2;
-    }
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            print_help(argv[0]);
-            *exit_now = true;
-            return 0;
-        }
-        if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-            printf("outbox-relay %s\n", OUTBOX_RELAY_VERSION);
-            *exit_now = true;
-            return 0;
-        }
-        if (strncmp(a, "-X", 2) == 0) {
-            const char *kv = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
-            if (kv == NULL) {
-                snprintf(err, errlen, "-X needs property=value");
-                return -1;
-            }
-            if (set_kafka_kv(cfg, kv, "command line", err, errlen) < 0)
-                return -1;
-            continue;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            if (config_safe_to_echo(a))
-                snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
-            else
-                snprintf(err, errlen, "unexpected argument #%d (options start with --; not "
-                         "shown: it may hold a secret; see --help)", i);
-            return -1;
-        }
-        const char *name = a + 2, *eq = strchr(name, '=');
-        size_t nlen = eq ? (size_t) (eq - name) : strlen(name);
-        const struct opt_def *o = find_option(name, nlen);
-        if (o == NULL || memchr(name, '_', nlen) != NULL) {
-            snprintf(err, errlen, "unknown option --%.*s (see --help)", (int) nlen, name);
-            return -1;
-        }
-        const char *value = eq ? eq + 1
-                          : o->kind == OPT_BOOL ? "true"
-                          : (i + 1 < argc ? argv[++i] : NULL);
-        if (value == NULL) {
-            snprintf(err, errlen, "--%s needs a value (%s)", o->name, o->arg ? o->arg : "");
-            return -1;
-        }
-        if (strcmp(o->name, "config") == 0)
-            continue; /* read first, by find_config_path */
-        if (set_option(cfg, o, value, "command line", err, errlen) < 0)
-            return -1;
-    }
-    return 0;
+    return 2;
 }
 
 enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
@@ -744,10 +549,8 @@ enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
 {
     bool exit_now = false;
     memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < NOPTIONS; i++)
-        if (options[i].defval && set_option(cfg, &options[i], options[i].defval, "default",
-                                            err, errlen) < 0)
-            return CONFIG_ERROR;
+    if (options_set_defaults(&spec, cfg, err, errlen) < 0)
+        return CONFIG_ERROR;
 
     const char *path = find_config_path(argc, argv, envp);
     if (path != NULL) {
@@ -755,9 +558,10 @@ enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
         if (load_file(cfg, path, err, errlen) < 0)
             return CONFIG_ERROR;
     }
-    if (load_env(cfg, envp, err, errlen) < 0)
+    if (options_load_env(&spec, cfg, envp, err, errlen) < 0)
         return CONFIG_ERROR;
-    if (load_args(cfg, argc, argv, err, errlen, &exit_now) < 0)
+    int first = load_command(cfg, argc, argv, err, errlen);
+    if (first < 0 || options_load_args(&spec, cfg, argc, argv, first, err, errlen, &exit_now) < 0)
         return CONFIG_ERROR;
     if (exit_now)
         return CONFIG_EXIT;
@@ -768,28 +572,23 @@ enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
 
 void config_free(struct relay_config *cfg)
 {
-    for (size_t i = 0; i < NOPTIONS; i++)
-        if (options[i].kind == OPT_STR) {
-            char **f = (char **) ((char *) cfg + options[i].offset);
-            free(*f);
-            *f = NULL;
-        }
+    options_free(&spec, cfg);
     free(cfg->table_schema);
     free(cfg->table_name);
     cfg->table_schema = cfg->table_name = NULL;
-    for (size_t i = 0; i < cfg->nkafka; i++) {
-        free(cfg->kafka[i].key);
-        free(cfg->kafka[i].value);
-    }
-    cfg->nkafka = 0;
+}
+
+const char *config_kv_get(const struct config_kv *kv, size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(kv[i].key, key) == 0)
+            return kv[i].value;
+    return NULL;
 }
 
 const char *config_kafka_get(const struct relay_config *cfg, const char *key)
 {
-    for (size_t i = 0; i < cfg->nkafka; i++)
-        if (strcmp(cfg->kafka[i].key, key) == 0)
-            return cfg->kafka[i].value;
-    return NULL;
+    return config_kv_get(cfg->kafka, cfg->nkafka, key);
 }
 
 void config_register_secrets(const struct relay_config *cfg)

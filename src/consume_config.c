@@ -1,136 +1,73 @@
 /*
  * consume_config.c — outbox-consume's options (see consume_config.h). Its
- * own small table, like the relayer's config.c, which it leaves alone; the
- * secret rules and topic-name checks are config.c's.
+ * own small table, read by the machinery the relayer's config.c uses too
+ * (options.c); the secret rules and topic-name checks are config.c's.
  */
 #include "outbox_relay/consume_config.h"
 #include "outbox_relay/config.h"
+#include "outbox_relay/options.h"
 
 #include <ctype.h>
-#include <libpq-fe.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum opt_kind { OPT_STR, OPT_LONG, OPT_SECONDS, OPT_LOGLEVEL, OPT_LOGFORMAT, OPT_ONERROR };
+_Static_assert(sizeof(enum consumer_on_error) == sizeof(int), "OPT_ENUM stores an int");
 
-struct opt_def {
-    const char *name; /* long option name, dashes */
-    enum opt_kind kind;
-    size_t offset;
-    const char *defval;
-    const char *arg;
-    const char *help;
-};
+static const struct option_word on_error_words[] = {
+    {"failed", CONSUMER_ON_ERROR_FAILED}, {"halt", CONSUMER_ON_ERROR_HALT}, {NULL, 0}};
 
 #define OFF(field) offsetof(struct consume_config, field)
+/* A row: name, kind, field, default (NULL: none), placeholder in --help
+ * (NULL: none), help text; OPT_WORDS adds the words an OPT_ENUM or OPT_FLAG
+ * option takes. */
+#define OPT(name, kind, field, defval, arg, help) \
+    {name, kind, OFF(field), defval, arg, help, NULL, 0}
+#define OPT_WORDS(name, kind, field, defval, arg, help, words) \
+    {name, kind, OFF(field), defval, arg, help, words, 0}
 
-static const struct opt_def options[] = {
-    {"brokers", OPT_STR, OFF(brokers), NULL, "HOST:PORT[,...]",
-     "Kafka bootstrap servers; required"},
-    {"group", OPT_STR, OFF(group), NULL, "NAME", "Kafka consumer group; required"},
-    {"topics", OPT_STR, OFF(topics), NULL, "TOPIC[,...]",
-     "topics to consume (a name starting with ^ is a regex); required"},
-    {"dsn", OPT_STR, OFF(dsn), NULL, "CONNINFO",
-     "PostgreSQL connection string of the database to apply to; required"},
-    {"consumer", OPT_STR, OFF(consumer), NULL, "NAME",
-     "this consumer's name in processed_events and failed_events; required"},
-    {"apply", OPT_STR, OFF(apply), NULL, "SQL",
-     "statement run once per new event: $1 event_id, $2 aggregate_id (key), $3 type, "
-     "$4 payload (jsonb), $5 topic; required"},
-    {"on-error", OPT_ONERROR, OFF(on_error), "halt", "failed|halt",
-     "an event whose apply fails with a data error: record it in failed_events and go on, "
-     "or stop"},
-    {"batch", OPT_LONG, OFF(batch), "100", "N", "at most N messages per transaction"},
-    {"batch-ms", OPT_LONG, OFF(batch_ms), "100", "MS",
-     "how long a batch waits to fill after its first message"},
-    {"reconnect-max", OPT_SECONDS, OFF(reconnect_max), "30", "SECONDS",
-     "cap of the PostgreSQL reconnect backoff"},
-    {"log-level", OPT_LOGLEVEL, OFF(log_level), "info", "debug|info|warn|error", "log level"},
-    {"log-format", OPT_LOGFORMAT, OFF(log_format), "text", "text|json", "log line format"},
+static const struct option_def options[] = {
+    OPT("brokers", OPT_STR, brokers, NULL, "HOST:PORT[,...]",
+        "Kafka bootstrap servers; required"),
+    OPT("group", OPT_STR, group, NULL, "NAME", "Kafka consumer group; required"),
+    OPT("topics", OPT_STR, topics, NULL, "TOPIC[,...]",
+        "topics to consume (a name starting with ^ is a regex); required"),
+    OPT("dsn", OPT_STR, dsn, NULL, "CONNINFO",
+        "PostgreSQL connection string of the database to apply to; required"),
+    OPT("consumer", OPT_STR, consumer, NULL, "NAME",
+        "this consumer's name in processed_events and failed_events; required"),
+    OPT("apply", OPT_STR, apply, NULL, "SQL",
+        "statement run once per new event: $1 event_id, $2 aggregate_id (key), $3 type, "
+        "$4 payload (jsonb), $5 topic; required"),
+    OPT_WORDS("on-error", OPT_ENUM, on_error, "halt", "failed|halt",
+              "an event whose apply fails with a data error: record it in failed_events and "
+              "go on, or stop", on_error_words),
+    OPT("batch", OPT_LONG, batch, "100", "N", "at most N messages per transaction"),
+    OPT("batch-ms", OPT_LONG, batch_ms, "100", "MS",
+        "how long a batch waits to fill after its first message"),
+    OPT("reconnect-max", OPT_SECONDS, reconnect_max, "30", "SECONDS",
+        "cap of the PostgreSQL reconnect backoff"),
+    OPT("log-level", OPT_LOGLEVEL, log_level, "info", "debug|info|warn|error", "log level"),
+    OPT_WORDS("log-format", OPT_ENUM, log_format, "text", "text|json", "log line format",
+              option_log_formats),
 };
 
-#define NOPTIONS (sizeof options / sizeof options[0])
+static void print_help(const char *prog);
+static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen);
 
-static const struct opt_def *find_option(const char *name, size_t len)
-{
-    for (size_t i = 0; i < NOPTIONS; i++) {
-        const char *o = options[i].name;
-        if (strlen(o) != len)
-            continue;
-        size_t j = 0;
-        for (; j < len; j++) {
-            char c = name[j] == '_' ? '-' : (char) tolower((unsigned char) name[j]);
-            if (c != o[j])
-                break;
-        }
-        if (j == len)
-            return &options[i];
-    }
-    return NULL;
-}
-
-static int set_option(struct consume_config *cfg, const struct opt_def *o, const char *value,
-                      const char *source, char *err, size_t errlen)
-{
-    void *field = (char *) cfg + o->offset;
-
-    switch (o->kind) {
-    case OPT_STR: {
-        char *copy = strdup(value);
-        if (copy == NULL) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        free(*(char **) field);
-        *(char **) field = copy;
-        return 0;
-    }
-    case OPT_LONG:
-        if (config_parse_long(value, (long *) field) == 0)
-            return 0;
-        snprintf(err, errlen, "%s: --%s expects a whole number, got \"%s\"", source, o->name,
-                 value);
-        return -1;
-    case OPT_SECONDS:
-        if (config_parse_seconds(value, (double *) field) == 0)
-            return 0;
-        snprintf(err, errlen, "%s: --%s expects seconds (e.g. 10 or 0.5), got \"%s\"", source,
-                 o->name, value);
-        return -1;
-    case OPT_LOGLEVEL: {
-        int lvl = log_level_parse(value);
-        if (lvl >= 0) {
-            *(enum log_level *) field = (enum log_level) lvl;
-            return 0;
-        }
-        snprintf(err, errlen, "%s: --%s expects debug, info, warn or error, got \"%s\"", source,
-                 o->name, value);
-        return -1;
-    }
-    case OPT_LOGFORMAT:
-        if (strcmp(value, "text") == 0 || strcmp(value, "json") == 0) {
-            *(enum log_format *) field =
-                strcmp(value, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
-            return 0;
-        }
-        snprintf(err, errlen, "%s: --%s expects text or json, got \"%s\"", source, o->name,
-                 value);
-        return -1;
-    case OPT_ONERROR:
-        if (strcmp(value, "failed") == 0 || strcmp(value, "halt") == 0) {
-            *(enum consumer_on_error *) field = strcmp(value, "failed") == 0
-                                                    ? CONSUMER_ON_ERROR_FAILED
-                                                    : CONSUMER_ON_ERROR_HALT;
-            return 0;
-        }
-        snprintf(err, errlen, "%s: --%s expects failed or halt, got \"%s\"", source, o->name,
-                 value);
-        return -1;
-    }
-    return -1;
-}
+static const struct options_spec spec = {
+    .program = "outbox-consume",
+    .defs = options,
+    .ndefs = sizeof options / sizeof options[0],
+    .env_prefix = "OUTBOX_CONSUME_",
+    .kafka_offset = OFF(kafka),
+    .nkafka_offset = OFF(nkafka),
+    .help_width = 28,
+    .kafka_help = "librdkafka consumer property (TLS, SASL, session.timeout.ms...), repeatable;",
+    .print_help = print_help,
+    .set_kafka_arg = set_kafka_arg,
+};
 
 static int set_kafka(struct consume_config *cfg, const char *key, size_t keylen,
                      const char *value, char *err, size_t errlen)
@@ -152,122 +89,30 @@ static void print_help(const char *prog)
            "Options (each also as OUTBOX_CONSUME_<NAME> in the environment; the command\n"
            "line wins):\n",
            prog, prog);
-    for (size_t i = 0; i < NOPTIONS; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s %s", options[i].name,
-                 options[i].arg ? options[i].arg : "");
-        printf("  %-28s %s", left, options[i].help);
-        if (options[i].defval)
-            printf(" (default: %s)", options[i].defval);
-        printf("\n");
-    }
-    printf("  %-28s %s\n", "-X PROPERTY=VALUE",
-           "librdkafka consumer property (TLS, SASL, session.timeout.ms...), repeatable;");
-    printf("  %-28s %s\n", "", "env OUTBOX_CONSUME_KAFKA_<PROPERTY> with '_' for '.'");
-    printf("  %-28s %s\n", "-h, --help", "this help");
-    printf("  %-28s %s\n", "-V, --version", "print the version");
+    options_print_table(&spec);
     printf("\nExit status: 0 after a clean stop (SIGTERM/SIGINT), 1 when --on-error halt\n"
            "stopped at a failing event or on a fatal error, 2 on bad usage or configuration\n"
            "(including an --apply statement PostgreSQL cannot prepare).\n");
 }
 
-static int load_env(struct consume_config *cfg, char **envp, char *err, size_t errlen)
+/* -X key=value on the command line (kv NULL: -X was the last argument) */
+static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen)
 {
-    static const char pfx[] = "OUTBOX_CONSUME_";
-    static const char kpfx[] = "OUTBOX_CONSUME_KAFKA_";
-    for (char **e = envp; e && *e; e++) {
-        if (strncmp(*e, pfx, sizeof pfx - 1) != 0)
-            continue;
-        const char *name = *e + sizeof pfx - 1;
-        const char *eq = strchr(name, '=');
-        if (eq == NULL)
-            continue;
-        if (strncmp(*e, kpfx, sizeof kpfx - 1) == 0) {
-            const char *k = *e + sizeof kpfx - 1;
-            char key[256];
-            size_t n = (size_t) (eq - k);
-            if (n >= sizeof key)
-                continue;
-            for (size_t i = 0; i < n; i++)
-                key[i] = k[i] == '_' ? '.' : (char) tolower((unsigned char) k[i]);
-            key[n] = '\0';
-            if (set_kafka(cfg, key, n, eq + 1, err, errlen) < 0)
-                return -1;
-            continue;
-        }
-        const struct opt_def *o = find_option(name, (size_t) (eq - name));
-        if (o == NULL)
-            continue; /* not ours */
-        char source[128];
-        snprintf(source, sizeof source, "environment %.*s", (int) (eq - *e), *e);
-        if (set_option(cfg, o, eq + 1, source, err, errlen) < 0)
-            return -1;
+    const char *eq = kv ? strchr(kv, '=') : NULL;
+    if (eq == NULL) {
+        if (kv != NULL && config_safe_to_echo(kv))
+            snprintf(err, errlen, "-X expects property=value, got \"%s\"", kv);
+        else
+            snprintf(err, errlen, "-X expects property=value%s", kv ? " (the argument "
+                     "is not shown: it may hold a secret)" : "");
+        return -1;
     }
-    return 0;
-}
-
-static int load_args(struct consume_config *cfg, int argc, char **argv, char *err,
-                     size_t errlen, bool *exit_now)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            print_help(argv[0]);
-            *exit_now = true;
-            return 0;
-        }
-        if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-            printf("outbox-consume %s\n", OUTBOX_RELAY_VERSION);
-            *exit_now = true;
-            return 0;
-        }
-        if (strncmp(a, "-X", 2) == 0) {
-            const char *kv = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
-            const char *eq = kv ? strchr(kv, '=') : NULL;
-            if (eq == NULL) {
-                if (kv != NULL && config_safe_to_echo(kv))
-                    snprintf(err, errlen, "-X expects property=value, got \"%s\"", kv);
-                else
-                    snprintf(err, errlen, "-X expects property=value%s", kv ? " (the argument "
-                             "is not shown: it may hold a secret)" : "");
-                return -1;
-            }
-            if (set_kafka(cfg, kv, (size_t) (eq - kv), eq + 1, err, errlen) < 0)
-                return -1;
-            continue;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            if (config_safe_to_echo(a))
-                snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
-            else
-                snprintf(err, errlen, "unexpected argument #%d (options start with --; not "
-                         "shown: it may hold a secret; see --help)", i);
-            return -1;
-        }
-        const char *name = a + 2, *eq = strchr(name, '=');
-        size_t nlen = eq ? (size_t) (eq - name) : strlen(name);
-        const struct opt_def *o = find_option(name, nlen);
-        if (o == NULL || memchr(name, '_', nlen) != NULL) {
-            snprintf(err, errlen, "unknown option --%.*s (see --help)", (int) nlen, name);
-            return -1;
-        }
-        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (value == NULL) {
-            snprintf(err, errlen, "--%s needs a value (%s)", o->name, o->arg ? o->arg : "");
-            return -1;
-        }
-        if (set_option(cfg, o, value, "command line", err, errlen) < 0)
-            return -1;
-    }
-    return 0;
+    return set_kafka(cfg, kv, (size_t) (eq - kv), eq + 1, err, errlen);
 }
 
 static const char *kafka_get(const struct consume_config *cfg, const char *key)
 {
-    for (size_t i = 0; i < cfg->nkafka; i++)
-        if (strcmp(cfg->kafka[i].key, key) == 0)
-            return cfg->kafka[i].value;
-    return NULL;
+    return config_kv_get(cfg->kafka, cfg->nkafka, key);
 }
 
 static bool empty(const char *s)
@@ -358,18 +203,7 @@ static int validate(struct consume_config *cfg, char *err, size_t errlen)
                  "$1 event_id, $2 aggregate_id, $3 type, $4 payload, $5 topic)");
         return -1;
     }
-    char *errmsg = NULL;
-    PQconninfoOption *opts = PQconninfoParse(cfg->dsn, &errmsg);
-    if (opts == NULL) {
-        /* libpq's message may quote the DSN, password included: do not echo it. */
-        snprintf(err, errlen, "--dsn is not a valid PostgreSQL connection string (%s)",
-                 errmsg && strstr(errmsg, "missing") ? "missing \"=\" after a keyword"
-                                                     : "syntax error");
-        PQfreemem(errmsg);
-        return -1;
-    }
-    PQconninfoFree(opts);
-    if (split_topics(cfg, err, errlen) < 0)
+    if (config_check_dsn(cfg->dsn, err, errlen) < 0 || split_topics(cfg, err, errlen) < 0)
         return -1;
     if (cfg->batch < 1 || cfg->batch > 100000) {
         snprintf(err, errlen, "--batch must be between 1 and 100000, got %ld", cfg->batch);
@@ -402,13 +236,11 @@ enum config_result consume_config_load(struct consume_config *cfg, int argc, cha
 {
     bool exit_now = false;
     memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < NOPTIONS; i++)
-        if (options[i].defval && set_option(cfg, &options[i], options[i].defval, "default",
-                                            err, errlen) < 0)
-            return CONFIG_ERROR;
-    if (load_env(cfg, envp, err, errlen) < 0)
+    if (options_set_defaults(&spec, cfg, err, errlen) < 0)
         return CONFIG_ERROR;
-    if (load_args(cfg, argc, argv, err, errlen, &exit_now) < 0)
+    if (options_load_env(&spec, cfg, envp, err, errlen) < 0)
+        return CONFIG_ERROR;
+    if (options_load_args(&spec, cfg, argc, argv, 1, err, errlen, &exit_now) < 0)
         return CONFIG_ERROR;
     if (exit_now)
         return CONFIG_EXIT;
@@ -423,20 +255,10 @@ enum config_result consume_config_load(struct consume_config *cfg, int argc, cha
 
 void consume_config_free(struct consume_config *cfg)
 {
-    for (size_t i = 0; i < NOPTIONS; i++)
-        if (options[i].kind == OPT_STR) {
-            char **f = (char **) ((char *) cfg + options[i].offset);
-            free(*f);
-            *f = NULL;
-        }
+    options_free(&spec, cfg);
     for (size_t i = 0; i < cfg->ntopics; i++)
         free(cfg->topic_list[i]);
     cfg->ntopics = 0;
-    for (size_t i = 0; i < cfg->nkafka; i++) {
-        free(cfg->kafka[i].key);
-        free(cfg->kafka[i].value);
-    }
-    cfg->nkafka = 0;
 }
 
 void consume_config_register_secrets(const struct consume_config *cfg)

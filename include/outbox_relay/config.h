@@ -81,16 +81,19 @@ void config_free(struct relay_config *cfg);
 /* Sets key (keylen bytes) = value in a list of librdkafka properties of at
  * most CONFIG_MAX_KAFKA_PROPS entries, replacing an earlier value of the
  * same key. The list owns the copies. Returns 0, or -1 with err. Shared by
- * the relayer's and the consumer's option parsers. */
+ * both programs' option readers (options.c, and config.c's --config file). */
 int config_kafka_set(struct config_kv *kv, size_t *n, const char *key, size_t keylen,
                      const char *value, char *err, size_t errlen);
 
-/* Whole-string number parsers shared by both option parsers: 0 or -1. */
+/* Whole-string number parsers of the option tables (options.c): 0 or -1. */
 int config_parse_long(const char *s, long *out);
 int config_parse_seconds(const char *s, double *out);
 
 /* The value of a librdkafka property set by the user, or NULL. */
 const char *config_kafka_get(const struct relay_config *cfg, const char *key);
+
+/* The value of key in a list of n librdkafka properties, or NULL. */
+const char *config_kv_get(const struct config_kv *kv, size_t n, const char *key);
 
 /* Registers every secret in cfg (DSN password, *.password / secret
  * properties) with the logger so they are scrubbed from every line. */
@@ -100,6 +103,11 @@ void config_register_secrets(const struct relay_config *cfg);
  * short run of [A-Za-z0-9._-]. Anything else (a mistyped DSN, a
  * `-X sasl.password:…`) may hold a secret and is not echoed. */
 bool config_safe_to_echo(const char *s);
+
+/* Checks that dsn parses as a PostgreSQL connection string (key=value or
+ * URI), without quoting it back: it may hold a password. Returns 0, or -1
+ * with a message in err. */
+int config_check_dsn(const char *dsn, char *err, size_t errlen);
 
 /* Validates a replication slot name (PostgreSQL's rule: 1-63 of [a-z0-9_]).
  * Returns 0, or -1 with a message in err. */
