@@ -9,32 +9,26 @@
  *   status  a health report whose exit code a probe can use.
  * The only place that exits.
  */
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "outbox_relay/config.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/maint.h"
 #include "outbox_relay/metrics.h"
 #include "outbox_relay/relay.h"
+#include "outbox_relay/signals.h"
 #include "outbox_relay/status.h"
 
 #define MAINT_STOP_TIMEOUT 10.0 /* s to wait for the maintenance thread at exit */
 
 extern char **environ;
 
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig)
-{
-    stop_requested = 1;
-}
-
 /* `run`: 0 after a clean stop, 1 on a fatal relay error, 2 when something
- * cannot even start (bad Kafka configuration, metrics address in use). */
-static int cmd_run(const struct relay_config *cfg, bool *cfg_borrowed)
+ * cannot even start (bad Kafka configuration, metrics address in use). stop
+ * is the signal handlers' flag. */
+static int cmd_run(const struct relay_config *cfg, volatile sig_atomic_t *stop,
+                   bool *cfg_borrowed)
 {
     char err[CONFIG_ERRLEN];
     struct metrics_http *http = NULL;
@@ -57,12 +51,12 @@ static int cmd_run(const struct relay_config *cfg, bool *cfg_borrowed)
         log_info("serving /metrics, /healthz and /readyz on %s (port %d)", cfg->metrics_addr,
                  metrics_http_port(http));
     }
-    relay = relay_new(cfg, &stop_requested, metrics, err, sizeof err);
+    relay = relay_new(cfg, stop, metrics, err, sizeof err);
     if (relay == NULL) {
         log_error("%s", err);
         goto out;
     }
-    maint = maint_start(cfg, &stop_requested, metrics, err, sizeof err);
+    maint = maint_start(cfg, stop, metrics, err, sizeof err);
     if (maint == NULL) {
         log_error("%s", err);
         goto out;
@@ -99,24 +93,18 @@ int main(int argc, char **argv)
     log_setup(cfg.log_level, cfg.log_format);
     config_register_secrets(&cfg);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    volatile sig_atomic_t *stop = signals_install_stop();
 
     switch (cfg.command) {
     case RELAY_CMD_REAP:
-        code = maint_reap_once(&cfg, &stop_requested);
+        code = maint_reap_once(&cfg, stop);
         break;
     case RELAY_CMD_STATUS:
         code = status_run(&cfg, stdout);
         break;
     case RELAY_CMD_RUN:
     default:
-        code = cmd_run(&cfg, &cfg_borrowed);
+        code = cmd_run(&cfg, stop, &cfg_borrowed);
         break;
     }
     if (!cfg_borrowed)

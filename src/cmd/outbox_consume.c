@@ -12,26 +12,19 @@
  * when PostgreSQL cannot infer $2 (it is unused, or used where any type
  * fits) it is prepared again with $2 as text.
  */
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "outbox_relay/consume_config.h"
 #include "outbox_relay/consumer.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/signals.h"
 
 extern char **environ;
 
 #define APPLY_STMT "outbox_consume_apply"
 #define TEXTOID 25
 #define JSONBOID 3802
-
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig)
-{
-    stop_requested = 1;
-}
 
 struct apply_ctx {
     const char *sql;
@@ -105,13 +98,7 @@ int main(int argc, char **argv)
     log_setup(cfg.log_level, cfg.log_format);
     consume_config_register_secrets(&cfg);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    volatile sig_atomic_t *stop = signals_install_stop();
 
     struct apply_ctx ctx = {.sql = cfg.apply};
     struct consumer_options o;
@@ -126,7 +113,7 @@ int main(int argc, char **argv)
         log_error("%s", err);
         code = 2;
     } else {
-        int rc = consumer_run(c, &stop_requested);
+        int rc = consumer_run(c, stop);
         if (rc != CONSUMER_OK)
             log_error("%s", consumer_errstr(c));
         code = rc == CONSUMER_OK ? 0 : (ctx.bad_sql ? 2 : 1);
