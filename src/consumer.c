@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
 
 #define SAVEPOINT_SQL "SAVEPOINT outbox_consume_msg"
@@ -682,16 +683,6 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
 }
 
-static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    enum log_level l = level <= 3 ? LOG_LEVEL_ERROR
-                     : level <= 4 ? LOG_LEVEL_WARN
-                     : level <= 6 ? LOG_LEVEL_INFO
-                                  : LOG_LEVEL_DEBUG;
-    if (log_enabled(l))
-        log_msg(l, "kafka %s: %s", fac, buf);
-}
-
 static bool in_list(const rd_kafka_topic_partition_list_t *parts, const rd_kafka_message_t *m)
 {
     return rd_kafka_topic_partition_list_find(parts, rd_kafka_topic_name(m->rkt),
@@ -772,17 +763,6 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-static int conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, char *err,
-                    size_t errlen)
-{
-    char e[256];
-    if (rd_kafka_conf_set(conf, k, v, e, sizeof e) != RD_KAFKA_CONF_OK) {
-        snprintf(err, errlen, "librdkafka property %s: %s", k, e); /* never the value */
-        return -1;
-    }
-    return 0;
-}
-
 struct consumer *consumer_new(const struct consumer_options *o, char *err, size_t errlen)
 {
     struct consumer *c = calloc(1, sizeof *c);
@@ -815,23 +795,22 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
     /* Our defaults first; the user's properties win, except the three that
      * make the guarantee (consume_config refuses them; re-set after). */
     if ((o->brokers && *o->brokers &&
-         conf_set(conf, "bootstrap.servers", o->brokers, err, errlen) < 0) ||
-        conf_set(conf, "client.id", "outbox-consume", err, errlen) < 0 ||
-        conf_set(conf, "auto.offset.reset", "earliest", err, errlen) < 0 ||
-        conf_set(conf, "enable.partition.eof", "false", err, errlen) < 0 ||
-        conf_set(conf, "log_level", log_enabled(LOG_LEVEL_DEBUG) ? "7" : "6", err, errlen) < 0)
+         kafka_conf_set(conf, "bootstrap.servers", o->brokers, err, errlen) < 0) ||
+        kafka_conf_set(conf, "client.id", "outbox-consume", err, errlen) < 0 ||
+        kafka_conf_set(conf, "auto.offset.reset", "earliest", err, errlen) < 0 ||
+        kafka_conf_set(conf, "enable.partition.eof", "false", err, errlen) < 0 ||
+        kafka_conf_route_log(conf, err, errlen) < 0)
         goto fail;
     for (size_t i = 0; i < o->nkafka; i++)
-        if (conf_set(conf, o->kafka[i].key, o->kafka[i].value, err, errlen) < 0)
+        if (kafka_conf_set(conf, o->kafka[i].key, o->kafka[i].value, err, errlen) < 0)
             goto fail;
-    if (conf_set(conf, "group.id", o->group, err, errlen) < 0 ||
-        conf_set(conf, "enable.auto.commit", "false", err, errlen) < 0 ||
-        conf_set(conf, "enable.auto.offset.store", "false", err, errlen) < 0)
+    if (kafka_conf_set(conf, "group.id", o->group, err, errlen) < 0 ||
+        kafka_conf_set(conf, "enable.auto.commit", "false", err, errlen) < 0 ||
+        kafka_conf_set(conf, "enable.auto.offset.store", "false", err, errlen) < 0)
         goto fail;
 
     rd_kafka_conf_set_opaque(conf, c);
     rd_kafka_conf_set_error_cb(conf, on_error);
-    rd_kafka_conf_set_log_cb(conf, on_log);
     rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
 
     char e[512];

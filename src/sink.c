@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
 
 /* Topic handles by event type: open addressing, at most half full, so a
@@ -180,28 +181,6 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
 }
 
-static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    enum log_level l = level <= 3 ? LOG_LEVEL_ERROR
-                     : level <= 4 ? LOG_LEVEL_WARN
-                     : level <= 6 ? LOG_LEVEL_INFO
-                                  : LOG_LEVEL_DEBUG;
-    if (log_enabled(l))
-        log_msg(l, "kafka %s: %s", fac, buf);
-}
-
-static int conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, char *err,
-                    size_t errlen)
-{
-    char e[256];
-    if (rd_kafka_conf_set(conf, k, v, e, sizeof e) != RD_KAFKA_CONF_OK) {
-        /* Never echo the value: it may be a password. */
-        snprintf(err, errlen, "librdkafka property %s: %s", k, e);
-        return -1;
-    }
-    return 0;
-}
-
 struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, void *ctx,
                       char *err, size_t errlen)
 {
@@ -220,11 +199,11 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
 
     /* Our defaults first; the user's -X properties win. */
     if ((cfg->brokers && *cfg->brokers &&
-         conf_set(conf, "bootstrap.servers", cfg->brokers, err, errlen) < 0) ||
-        conf_set(conf, "client.id", "outbox-relay", err, errlen) < 0 ||
-        conf_set(conf, "enable.idempotence", "true", err, errlen) < 0 ||
-        conf_set(conf, "acks", "all", err, errlen) < 0 ||
-        conf_set(conf, "message.timeout.ms", "0", err, errlen) < 0 ||
+         kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, err, errlen) < 0) ||
+        kafka_conf_set(conf, "client.id", "outbox-relay", err, errlen) < 0 ||
+        kafka_conf_set(conf, "enable.idempotence", "true", err, errlen) < 0 ||
+        kafka_conf_set(conf, "acks", "all", err, errlen) < 0 ||
+        kafka_conf_set(conf, "message.timeout.ms", "0", err, errlen) < 0 ||
         /* Measured (docs/benchmarks.md): linger 0, not librdkafka's 5 ms,
          * which put most events of a 1,000 events/s stream over 5 ms from
          * commit to delivery, while a backlog still batches by itself
@@ -233,12 +212,12 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
          * it, a request waits for the ACK of the one before (a broker's
          * delayed ACK: up to 40 ms); the 1,000,000-row transaction took
          * 310 s instead of 24 s against the test broker. */
-        conf_set(conf, "linger.ms", "0", err, errlen) < 0 ||
-        conf_set(conf, "socket.nagle.disable", "true", err, errlen) < 0 ||
-        conf_set(conf, "log_level", log_enabled(LOG_LEVEL_DEBUG) ? "7" : "6", err, errlen) < 0)
+        kafka_conf_set(conf, "linger.ms", "0", err, errlen) < 0 ||
+        kafka_conf_set(conf, "socket.nagle.disable", "true", err, errlen) < 0 ||
+        kafka_conf_route_log(conf, err, errlen) < 0)
         goto fail;
     for (size_t i = 0; i < cfg->nkafka; i++)
-        if (conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, err, errlen) < 0)
+        if (kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, err, errlen) < 0)
             goto fail;
 
     char buf[64];
@@ -250,7 +229,6 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
     rd_kafka_conf_set_opaque(conf, sk);
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
-    rd_kafka_conf_set_log_cb(conf, on_log);
 
     char e[512];
     sk->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
