@@ -17,7 +17,6 @@
 
 #include <errno.h>
 #include <libpq-fe.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +27,7 @@
 
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
+#include "outbox_relay/pgconn.h"
 #include "outbox_relay/reaper.h"
 
 #define CONNECT_TIMEOUT 15.0 /* s for one connection attempt */
@@ -92,16 +92,6 @@ static void sleep_until(struct maint *mt, double until)
     pthread_mutex_unlock(&mt->mu);
 }
 
-static void one_line(char *s)
-{
-    size_t n = strlen(s);
-    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' '))
-        s[--n] = '\0';
-    for (; *s; s++)
-        if (*s == '\n')
-            *s = ' ';
-}
-
 static void disconnect(struct maint *mt)
 {
     pthread_mutex_lock(&mt->mu);
@@ -112,41 +102,20 @@ static void disconnect(struct maint *mt)
     mt->conn = NULL;
 }
 
+/* stopping() as pgconn_open_interruptible() asks it. */
+static bool stopping_cb(void *arg)
+{
+    return stopping(arg);
+}
+
 /* Opens the connection without blocking past CONNECT_TIMEOUT or a stop.
  * Returns 0, or -1 with the reason in err. */
 static int connect_db(struct maint *mt, char *err, size_t errlen)
 {
-    /* The user's DSN comes last so that it can override our defaults. */
-    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname", NULL};
-    const char *vals[] = {"outbox-relay maintenance", "10", mt->cfg->dsn, NULL};
-    PGconn *c = PQconnectStartParams(keys, vals, 1);
-    if (c == NULL) {
-        snprintf(err, errlen, "out of memory");
+    PGconn *c = pgconn_open_interruptible(mt->cfg->dsn, "outbox-relay maintenance",
+                                          CONNECT_TIMEOUT, stopping_cb, mt, err, errlen);
+    if (c == NULL)
         return -1;
-    }
-    double deadline = mono_now() + CONNECT_TIMEOUT;
-    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
-    while (PQstatus(c) != CONNECTION_BAD && st != PGRES_POLLING_OK &&
-           st != PGRES_POLLING_FAILED) {
-        if (stopping(mt) || mono_now() >= deadline) {
-            snprintf(err, errlen, stopping(mt) ? "stopping" : "connection timed out");
-            PQfinish(c);
-            return -1;
-        }
-        struct pollfd pfd = {.fd = PQsocket(c),
-                             .events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT};
-        int n = poll(&pfd, 1, 100);
-        if (n < 0 && errno != EINTR)
-            break;
-        if (n > 0)
-            st = PQconnectPoll(c);
-    }
-    if (PQstatus(c) != CONNECTION_OK) {
-        snprintf(err, errlen, "%s", PQerrorMessage(c));
-        one_line(err);
-        PQfinish(c);
-        return -1;
-    }
     mt->conn = c;
     pthread_mutex_lock(&mt->mu);
     mt->cancel = PQgetCancel(c);
@@ -162,8 +131,7 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
     char msg[512];
-    snprintf(msg, sizeof msg, "%s", PQerrorMessage(mt->conn));
-    one_line(msg);
+    pgconn_error(mt->conn, msg, sizeof msg);
     /* A poll that fails every 2 s (say, --dsn points at a standby) warns
      * once a minute, not every time. */
     double now = mono_now();

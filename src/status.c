@@ -17,6 +17,7 @@
 
 #include "outbox_relay/log.h"
 #include "outbox_relay/maint.h"
+#include "outbox_relay/pgconn.h"
 
 #define KEYW "-16"
 
@@ -39,16 +40,6 @@ static void unhealthy(struct verdict *v, const char *fmt, ...)
     v->unhealthy++;
 }
 
-static void one_line(char *s)
-{
-    size_t n = strlen(s);
-    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' '))
-        s[--n] = '\0';
-    for (; *s; s++)
-        if (*s == '\n')
-            *s = ' ';
-}
-
 static PGresult *query(PGconn *conn, const char *what, const char *sql, int nparams,
                        const char *const *params)
 {
@@ -56,8 +47,7 @@ static PGresult *query(PGconn *conn, const char *what, const char *sql, int npar
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
     char msg[512];
-    snprintf(msg, sizeof msg, "%s", PQerrorMessage(conn));
-    one_line(msg);
+    pgconn_error(conn, msg, sizeof msg);
     log_error("status: %s failed: %s", what, msg);
     PQclear(res);
     return NULL;
@@ -203,17 +193,12 @@ out:
 
 int status_run(const struct relay_config *cfg, FILE *out)
 {
-    const char *keys[] = {"fallback_application_name", "connect_timeout", "dbname", NULL};
-    const char *vals[] = {"outbox-relay status", "10", cfg->dsn, NULL};
     struct verdict v = {.out = out};
-    PGconn *conn = PQconnectdbParams(keys, vals, 1);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", PQerrorMessage(conn));
-        one_line(msg);
+    char msg[512];
+    PGconn *conn = pgconn_open(cfg->dsn, "outbox-relay status", msg, sizeof msg);
+    if (conn == NULL) {
         log_error("status: cannot connect to PostgreSQL: %s", msg);
         fprintf(out, "UNHEALTHY: cannot connect to PostgreSQL\n");
-        PQfinish(conn);
         return 1;
     }
     int rc = report_slot(conn, cfg, &v);
