@@ -185,6 +185,17 @@ proc_ticks() { # utime + stime of a pid, in clock ticks
     awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
 }
 proc_hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
+# Context switches (voluntary + involuntary) of a process's threads: "MAIN
+# OTHER", the main thread's and the sum of the others' (librdkafka's). A
+# voluntary switch is a wait that ended, i.e. a wake-up.
+proc_ctxsw() {
+    local t main=0 other=0 n
+    for t in /proc/$1/task/*; do
+        n=$(awk '/^(non)?voluntary_ctxt_switches:/ { s += $2 } END { print s + 0 }' "$t/status" 2>/dev/null) || continue
+        if [ "${t##*/}" = "$1" ]; then main=$((main + n)); else other=$((other + n)); fi
+    done
+    echo "$main $other"
+}
 TICK=$(getconf CLK_TCK)
 NCPU=$(nproc)
 
@@ -301,7 +312,7 @@ drop_slot() {
 
 # The relayer's wal2json options, exactly as stream_build_start_command()
 # (src/stream.c) sends them.
-W2J_OPTS=(-o format-version=2 -o include-lsn=1 -o include-timestamp=1 -o include-types=0
+W2J_OPTS=(-o format-version=2 -o include-timestamp=1 -o include-types=0
           -o add-tables=public.events_outbox -o actions=insert -o add-msg-prefixes=outbox)
 recvlogical() { # recvlogical SLOT ENDPOS OUTFILE
     "$PG_BIN/pg_recvlogical" -d "$DSN" --slot="$1" --start --endpos="$2" --no-loop -f "$3" \
@@ -573,6 +584,8 @@ steady_run() {
     c0=$(proc_ticks "$RELAY_PID")
     b0=$(proc_ticks "$BROKER_PID")
     w0=$(proc_ticks "$ws")
+    local x0 x1
+    x0=$(proc_ctxsw "$RELAY_PID")
     cpu_begin
     t0=$(now_us)
     if [ "$rate" = max ]; then
@@ -586,7 +599,10 @@ steady_run() {
     c1=$(proc_ticks "$RELAY_PID")
     b1=$(proc_ticks "$BROKER_PID")
     w1=$(proc_ticks "$ws")
+    x1=$(proc_ctxsw "$RELAY_PID")
     cpu_end "steady_$name" cpu
+    rec "steady_$name" ctxsw_main_per_event "$(calc "(${x1% *} - ${x0% *}) / $total")"
+    rec "steady_$name" ctxsw_rdk_per_event "$(calc "(${x1#* } - ${x0#* }) / $total")"
     rec "steady_$name" cpu_relay_cores "$(calc "($c1 - $c0) / $TICK / $CPU_SECS")"
     rec "steady_$name" cpu_walsender_cores "$(calc "($w1 - $w0) / $TICK / $CPU_SECS")"
     rec "steady_$name" cpu_broker_cores "$(calc "($b1 - $b0) / $TICK / $CPU_SECS")"
@@ -869,7 +885,7 @@ table() {
             [ $s = max ] || echo "| steady $label: floor, commit→pg_recvlogical p50 / p95 / p99 (no relayer) | $(fmt %.2f "$(med "floor_$s" p50_ms)") / $(fmt %.2f "$(med "floor_$s" p95_ms)") / $(fmt %.2f "$(med "floor_$s" p99_ms)") ms | |"
             echo "| steady $label: tx start→consumer p50 / p95 / p99 | $(fmt %.2f "$(med "steady_$s" e2e_p50_ms)") / $(fmt %.2f "$(med "steady_$s" e2e_p95_ms)") / $(fmt %.2f "$(med "steady_$s" e2e_p99_ms)") ms | |"
             echo "| steady $label: cores busy (of $NCPU) | machine $(c2 "steady_$s" cpu_machine_cores): PostgreSQL $(c2 "steady_$s" cpu_postgres_cores) (walsender $(c2 "steady_$s" cpu_walsender_cores)), relayer $(c2 "steady_$s" cpu_relay_cores), broker $(c2 "steady_$s" cpu_broker_cores), consumer $(c2 "steady_$s" cpu_consumer_cores), pgbench $(c2 "steady_$s" cpu_pgbench_cores), other $(other "steady_$s" cpu_machine_cores cpu_postgres_cores cpu_relay_cores cpu_broker_cores cpu_consumer_cores cpu_pgbench_cores) | |"
-            echo "| steady $label: relayer CPU, peak RSS | $(fmt %.1f "$(med "steady_$s" cpu_pct)") % of a core ($(fmt %.1f "$(med "steady_$s" cpu_us_per_event)") µs/event), $(fmt %.1f "$(med "steady_$s" hwm_mib)") MiB | $([ $s = 5k ] && echo "≤ 10 %, ≤ 32 MiB") |"
+            echo "| steady $label: relayer CPU, peak RSS | $(fmt %.1f "$(med "steady_$s" cpu_pct)") % of a core ($(fmt %.1f "$(med "steady_$s" cpu_us_per_event)") µs/event), $(fmt %.1f "$(med "steady_$s" hwm_mib)") MiB; context switches per event: main thread $(fmt %.2f "$(med "steady_$s" ctxsw_main_per_event)"), librdkafka threads $(fmt %.2f "$(med "steady_$s" ctxsw_rdk_per_event)") | $([ $s = 5k ] && echo "≤ 10 %, ≤ 32 MiB") |"
         done
     fi
     if has_phase huge; then

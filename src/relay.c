@@ -420,6 +420,16 @@ static void handle_change(struct relay *r, const struct wire_msg *msg)
                   msg->data_len ? msg->data : "");
         return;
     }
+    /* The options leave include-lsn out: the frame's header carries the
+     * position. For a change or a message it is that record's LSN; for a
+     * commit, the end of the commit record (PostgreSQL sets the write
+     * location of a commit to the transaction's end_lsn), which is what
+     * wal2json's "nextlsn" would say. A line that has them (another option
+     * set) keeps its own. */
+    if (rec->lsn == 0)
+        rec->lsn = msg->wal_start;
+    if (rec->action == 'C' && rec->nextlsn == 0)
+        rec->nextlsn = msg->wal_start;
     switch (rec->action) {
     case 'B':
         if (w2j_timestamp_us(&rec->timestamp, &r->tx_commit_us) < 0)
@@ -429,7 +439,7 @@ static void handle_change(struct relay *r, const struct wire_msg *msg)
                       r->cfg->slot, LSN_ARGS(msg->wal_start));
         return;
     case 'C':
-        if (tracker_commit(r->tracker, rec->nextlsn ? rec->nextlsn : msg->wal_start) < 0)
+        if (tracker_commit(r->tracker, rec->nextlsn) < 0)
             set_fatal(r, "slot=%s lsn=" LSN_FMT ": commit without a transaction", r->cfg->slot,
                       LSN_ARGS(msg->wal_start));
         return;

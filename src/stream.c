@@ -525,7 +525,6 @@ int stream_build_start_command(const struct stream_options *opts, lsn_t start, c
     else
         snprintf(tables, sizeof tables, "%s.%s", opts->table_schema, opts->table_name);
     if (append_opt(buf, cap, &n, "format-version", "2") < 0 ||
-        append_opt(buf, cap, &n, "include-lsn", "1") < 0 ||
         append_opt(buf, cap, &n, "include-timestamp", "1") < 0 ||
         append_opt(buf, cap, &n, "include-types", "0") < 0 ||
         append_opt(buf, cap, &n, "add-tables", tables) < 0 ||

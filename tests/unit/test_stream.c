@@ -16,7 +16,7 @@ int main(void)
     CHECK(n > 0);
     CHECK_SPAN(buf, (size_t) n,
                "START_REPLICATION SLOT \"outbox_relay\" LOGICAL 16/B374D848 ("
-               "\"format-version\" '2', \"include-lsn\" '1', \"include-timestamp\" '1', "
+               "\"format-version\" '2', \"include-timestamp\" '1', "
                "\"include-types\" '0', \"add-tables\" 'public.events_outbox', "
                "\"actions\" 'insert', \"add-msg-prefixes\" 'outbox')");
 
