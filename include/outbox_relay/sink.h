@@ -38,8 +38,11 @@ struct sink_report {
                                policy); other errors (timeouts, purges,
                                fatal producer states) are not the event's
                                fault and must never dead-letter it */
-    const char *event_id;   /* from the event_id header, "" if absent */
-    const char *event_type; /* from the event_type header, "" if absent */
+    const char *event_id;   /* failed deliveries only (err != 0): from the
+                               event_id header, "" if absent; always "" for
+                               a delivered event, whose headers are not
+                               read (see on_delivery in sink.c) */
+    const char *event_type; /* the same, from the event_type header */
     const char *topic;
     int32_t partition;
     int64_t offset;
