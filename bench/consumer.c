@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,40 +30,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "latency.h"
 #include "outbox_relay/decoder.h"
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-    stop = 1;
-}
-
-static int64_t now_unix_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of a sorted array, in ms. */
-static double pct_ms(const int64_t *v, size_t n, double p)
-{
-    if (n == 0)
-        return -1;
-    size_t rank = (size_t) (p / 100.0 * (double) n + 0.999999);
-    if (rank < 1)
-        rank = 1;
-    if (rank > n)
-        rank = n;
-    return (double) v[rank - 1] / 1000.0;
-}
 
 static int header_id(const rd_kafka_message_t *m, int64_t *id)
 {
@@ -148,12 +115,12 @@ int main(int argc, char **argv)
         usage(argv[0]);
         return 2;
     }
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
+    bench_catch_stop(SA_RESTART); /* as signal() sets it: the loop polls with a timeout */
 
+    /* At most one sample per distinct id: count never needs to grow. */
     uint8_t *seen = calloc((size_t) (count + 7) / 8, 1);
-    int64_t *lat = latency ? malloc(sizeof *lat * (size_t) count) : NULL;
-    if (seen == NULL || (latency && lat == NULL)) {
+    struct bench_lat lat = {0};
+    if (seen == NULL || (latency && bench_lat_init(&lat, (size_t) count) < 0)) {
         fprintf(stderr, "bench-consumer: out of memory\n");
         return 1;
     }
@@ -186,7 +153,7 @@ int main(int argc, char **argv)
         rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, t, NULL);
         const struct rd_kafka_metadata *md = NULL;
         int n = -1;
-        for (int attempt = 0; attempt < 50 && n <= 0 && !stop; attempt++) {
+        for (int attempt = 0; attempt < 50 && n <= 0 && !bench_stop; attempt++) {
             if (rd_kafka_metadata(rk, 0, rkt, &md, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 if (md->topic_cnt == 1 && md->topics[0].err == 0)
                     n = md->topics[0].partition_cnt;
@@ -215,11 +182,10 @@ int main(int argc, char **argv)
             fclose(f);
     }
 
-    int64_t start = now_unix_us(), deadline = start + (int64_t) (timeout * 1e6);
+    int64_t start = bench_now_unix_us(), deadline = start + (int64_t) (timeout * 1e6);
     int64_t first_us = 0, last_us = 0;
     long long distinct = 0, messages = 0, duplicates = 0, foreign = 0;
-    size_t nlat = 0;
-    while (distinct < count && !stop && now_unix_us() < deadline) {
+    while (distinct < count && !bench_stop && bench_now_unix_us() < deadline) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
         if (m == NULL)
             continue;
@@ -229,7 +195,7 @@ int main(int argc, char **argv)
             rd_kafka_message_destroy(m);
             continue;
         }
-        int64_t now = now_unix_us(), id;
+        int64_t now = bench_now_unix_us(), id;
         messages++;
         if (header_id(m, &id) < 0 || id < min_id || id >= min_id + count) {
             foreign++;
@@ -242,8 +208,8 @@ int main(int argc, char **argv)
                 first_us = now;
             last_us = now;
             int64_t created;
-            if (lat != NULL && header_created_us(m, &created) == 0)
-                lat[nlat++] = now - created;
+            if (latency && header_created_us(m, &created) == 0)
+                bench_lat_add(&lat, now - created);
         }
         rd_kafka_message_destroy(m);
     }
@@ -255,11 +221,9 @@ int main(int argc, char **argv)
            messages, distinct, count - distinct, duplicates, foreign, first_us, last_us,
            (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000L +
                (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000L);
-    if (lat != NULL) {
-        qsort(lat, nlat, sizeof *lat, cmp_i64);
-        printf(" lat_n=%zu lat_p50_ms=%.2f lat_p95_ms=%.2f lat_p99_ms=%.2f lat_max_ms=%.2f", nlat,
-               pct_ms(lat, nlat, 50), pct_ms(lat, nlat, 95), pct_ms(lat, nlat, 99),
-               pct_ms(lat, nlat, 100));
+    if (latency) {
+        printf(" ");
+        bench_lat_print(&lat);
     }
     printf("\n");
     fflush(stdout);
@@ -281,7 +245,7 @@ out:
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
     free(seen);
-    free(lat);
+    bench_lat_free(&lat);
     free(topics);
     return rc;
 }

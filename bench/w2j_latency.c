@@ -14,56 +14,27 @@
  * Usage: pg_recvlogical ... -f - | bench-w2j-latency
  */
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "latency.h"
 #include "outbox_relay/decoder.h"
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-    stop = 1;
-}
-
-static int64_t now_unix_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
-    return (x > y) - (x < y);
-}
-
-static double pct_ms(const int64_t *v, size_t n, double p)
-{
-    if (n == 0)
-        return -1;
-    size_t rank = (size_t) (p / 100.0 * (double) n + 0.999999);
-    rank = rank < 1 ? 1 : rank > n ? n : rank;
-    return (double) v[rank - 1] / 1000.0;
-}
 
 int main(void)
 {
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGTERM, &sa, NULL); /* no SA_RESTART: getline returns */
-    sigaction(SIGINT, &sa, NULL);
+    bench_catch_stop(0); /* no SA_RESTART: getline returns */
     static struct w2j_record rec;
     char err[W2J_ERRLEN];
     char *line = NULL;
-    size_t cap = 0, n = 0, lcap = 1 << 16;
-    int64_t *lat = malloc(sizeof *lat * lcap), commit_us = 0;
+    size_t cap = 0;
+    struct bench_lat lat;
+    int64_t commit_us = 0;
     ssize_t len;
-    while (!stop && lat != NULL && (len = getline(&line, &cap, stdin)) > 0) {
-        int64_t now = now_unix_us();
+    if (bench_lat_init(&lat, 1 << 16) < 0)
+        return 1;
+    while (!bench_stop && (len = getline(&line, &cap, stdin)) > 0) {
+        int64_t now = bench_now_unix_us();
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
             len--;
         if (w2j_parse(line, (size_t) len, &rec, err, sizeof err) < 0)
@@ -72,21 +43,12 @@ int main(void)
             commit_us = 0;
         if (rec.action != 'I' || commit_us == 0)
             continue;
-        if (n == lcap) {
-            int64_t *grown = realloc(lat, sizeof *lat * lcap * 2);
-            if (grown == NULL)
-                break;
-            lat = grown;
-            lcap *= 2;
-        }
-        lat[n++] = now - commit_us;
+        if (bench_lat_add(&lat, now - commit_us) < 0)
+            break;
     }
-    if (lat == NULL)
-        return 1;
-    qsort(lat, n, sizeof *lat, cmp_i64);
-    printf("lat_n=%zu lat_p50_ms=%.2f lat_p95_ms=%.2f lat_p99_ms=%.2f lat_max_ms=%.2f\n", n,
-           pct_ms(lat, n, 50), pct_ms(lat, n, 95), pct_ms(lat, n, 99), pct_ms(lat, n, 100));
+    bench_lat_print(&lat);
+    printf("\n");
     free(line);
-    free(lat);
+    bench_lat_free(&lat);
     return 0;
 }
