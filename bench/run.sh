@@ -10,7 +10,7 @@
 # It builds what it needs, starts its own PostgreSQL 15 (wal2json; fsync and
 # synchronous_commit on) on a free 127.0.0.1 port in a temp dir and
 # build/mock-broker (librdkafka's mock cluster, with TCP_NODELAY on its
-# connections as a real broker has: bench/nodelay_preload.c), and measures,
+# connections as a real broker has: tests/tools/nodelay_preload.c), and measures,
 # in one run, everything co-located on this machine:
 #   drain   the same WAL backlog (BENCH_BACKLOG events: half in one-event
 #           transactions, half in 2..20-event ones, ~370-byte payloads) drained
@@ -246,7 +246,7 @@ cc "${CFLAGS[@]}" -o "$bin/bench-consumer" "$repo/bench/consumer.c" \
     "$build/liboutbox_relay_core.a" $(pkg-config --libs rdkafka) -lm
 cc "${CFLAGS[@]}" -o "$bin/polling-relayer" "$repo/bench/polling_relayer.c" \
     $(pkg-config --cflags --libs rdkafka libpq)
-cc "${CFLAGS[@]}" -shared -fPIC -o "$bin/libnodelay.so" "$repo/bench/nodelay_preload.c" -ldl
+cc "${CFLAGS[@]}" -shared -fPIC -o "$bin/libnodelay.so" "$repo/tests/tools/nodelay_preload.c" -ldl
 cc "${CFLAGS[@]}" -o "$bin/bench-w2j-latency" "$repo/bench/w2j_latency.c" \
     "$build/liboutbox_relay_core.a" $(pkg-config --libs rdkafka) -lm
 if has_phase decoder && [ -f "$repo/tests/bench/bench_decoder.c" ]; then
@@ -328,7 +328,7 @@ broker_start() {
     # Not through bg(): the FIFO must be opened in the child, or opening it
     # for reading would block this shell until a writer appears. With
     # TCP_NODELAY on its connections, as a real broker has them (see
-    # bench/nodelay_preload.c: without it every pipelined response can wait
+    # tests/tools/nodelay_preload.c: without it every pipelined response can wait
     # 40 ms for a delayed ACK).
     LD_PRELOAD="$bin/libnodelay.so" "$build/mock-broker" --brokers 1 --partitions 4 \
         <"$ctl" >"$work/broker.out" 2>>"$work/broker.log" &

@@ -521,9 +521,17 @@ class MockBroker:
             raise FileNotFoundError("%s not built (cmake --build build --target mock-broker)" % binary)
         self.logfile = os.path.join(log_dir, "mock-broker-%s.log" % uuid.uuid4().hex[:6])
         self._log = open(self.logfile, "wb")
+        # TCP_NODELAY on the broker's connections, as a real broker has them
+        # (tests/tools/nodelay_preload.c): without it a pipelined response
+        # waits up to 40 ms for the client's delayed ACK, and read-backs of
+        # big topics fall behind the mock's 5 MiB per-partition log.
+        preload = os.path.join(build_dir(), "libnodelay.so")
+        if not os.access(preload, os.R_OK):
+            raise FileNotFoundError("%s not built (cmake --build build --target nodelay)" % preload)
+        env = dict(os.environ, LD_PRELOAD=preload)
         self.proc = subprocess.Popen([binary, "--brokers", str(brokers), "--partitions", str(partitions)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     preexec_fn=_die_with_parent)
+                                     env=env, preexec_fn=_die_with_parent)
         _register(self)
         self._reader = _LineReader(self.proc.stdout.fileno())
         try:

@@ -12,8 +12,9 @@
 # started and exits 0 if every committed order arrived and no rolled-back
 # one did.
 #
-# Needs (Debian 12, run as root after `cmake --build build`):
-#   apt-get install postgresql-15 postgresql-15-wal2json kcat
+# Needs Debian 12 and root: it first runs tests/tools/setup.sh, which
+# installs the Debian packages that are missing (apt-get) and builds into
+# build/ (incremental; OUTBOX_SKIP_SETUP=1 skips it).
 # Env: OUTBOX_RELAY_BUILD (default <repo>/build), DEMO_SECONDS (0 = until
 #      Ctrl-C), DEMO_INTERVAL (seconds between orders, default 1),
 #      DEMO_ROLLBACK_EVERY (every Nth order is rolled back, default 4).
@@ -35,8 +36,12 @@ die() { printf '[demo]  error: %s\n' "$*" >&2; exit 1; }
 
 # --- prerequisites -----------------------------------------------------------
 [ "$(id -u)" -eq 0 ] || die "run as root (PostgreSQL is started as the postgres user via runuser)"
-for f in "$BUILD/outbox-relay" "$BUILD/mock-broker"; do
-    [ -x "$f" ] || die "$f is missing: cmake -S . -B build && cmake --build build"
+if [ -z "${OUTBOX_SKIP_SETUP:-}" ]; then
+    say "installing what is missing and building (tests/tools/setup.sh)"
+    OUTBOX_RELAY_BUILD=$BUILD bash "$HERE/setup.sh" || die "setup failed (see above)"
+fi
+for f in "$BUILD/outbox-relay" "$BUILD/mock-broker" "$BUILD/libnodelay.so"; do
+    [ -e "$f" ] || die "$f is missing: cmake -S . -B build && cmake --build build"
 done
 for c in kcat psql runuser; do
     command -v "$c" >/dev/null || die "$c not found: apt-get install postgresql-15 postgresql-15-wal2json kcat"
@@ -103,7 +108,9 @@ SQL
 
 # --- Kafka-protocol broker --------------------------------------------------------
 # setsid: Ctrl-C goes to this script only, which then stops everything in order.
-coproc BROKER { exec setsid "$BUILD/mock-broker" 2>"$WORK/mock-broker.log"; }
+# LD_PRELOAD: TCP_NODELAY on its connections, as a real broker has them
+# (tests/tools/nodelay_preload.c).
+coproc BROKER { LD_PRELOAD="$BUILD/libnodelay.so" exec setsid "$BUILD/mock-broker" 2>"$WORK/mock-broker.log"; }
 # Own copies of the pid and pipe ends: bash drops BROKER/BROKER_PID as soon
 # as it notices the coprocess is gone.
 MB_PID=$BROKER_PID
