@@ -9,7 +9,11 @@
  * it scans so that unescaping later cannot fail on parsed input, and skips
  * anything it does not know (other include-* options add keys). It never
  * allocates, never touches bytes outside [line, line+len) and resets only
- * the scalar fields of the record (the columns array is 8 KiB).
+ * the scalar fields of the record (the columns array and the text buffer
+ * are 26 KiB). What it does write is the text of an insert's escaped column
+ * values, unescaped into the record while they are scanned: the payload
+ * (jsonb text, full of \" escapes) is the bulk of every event, and walking
+ * it a second time to unescape it was 29% of the decoder's instructions.
  *
  * w2j_event_decode() turns an 'I' record of the outbox table, or an 'M'
  * record carrying an envelope, into a struct outbox_event; strings that
@@ -258,13 +262,15 @@ static inline size_t scan_first(uint64_t m)
 #define W2J_SWAR 0
 #endif
 
-/* A string starting at the quote at pos. Fills *out with the span between the
- * quotes (escapes left in place) and moves past the closing quote. */
-static W2J_INLINE int scan_string(struct scan *sc, struct w2j_value *out)
+/* The rest of a string whose opening quote is at start, from i (never
+ * inside an escape; escaped tells whether one came before). Fills *out with
+ * the span between the quotes (escapes left in place) and moves past the
+ * closing quote. */
+static W2J_INLINE int scan_string_from(struct scan *sc, size_t start, size_t i, bool escaped,
+                                       struct w2j_value *out)
 {
     const char *s = sc->s;
-    size_t len = sc->len, start = sc->pos, i = start + 1, p;
-    bool escaped = false;
+    size_t len = sc->len, p;
 
     for (;;) {
 #if W2J_SWAR
@@ -336,6 +342,166 @@ static W2J_INLINE int scan_string(struct scan *sc, struct w2j_value *out)
     out->len = p - start - 1;
     sc->pos = p + 1;
     return 0;
+}
+
+/* A string starting at the quote at pos; see scan_string_from(). */
+static W2J_INLINE int scan_string(struct scan *sc, struct w2j_value *out)
+{
+    return scan_string_from(sc, sc->pos, sc->pos + 1, false, out);
+}
+
+/* Writes code point cp as UTF-8 at dst (room for k bytes checked by the
+ * caller); returns the number of bytes. */
+static size_t utf8_put(char *dst, unsigned long cp)
+{
+    if (cp < 0x80) {
+        dst[0] = (char) cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        dst[0] = (char) (0xC0 | (cp >> 6));
+        dst[1] = (char) (0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        dst[0] = (char) (0xE0 | (cp >> 12));
+        dst[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
+        dst[2] = (char) (0x80 | (cp & 0x3F));
+        return 3;
+    }
+    dst[0] = (char) (0xF0 | (cp >> 18));
+    dst[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
+    dst[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
+    dst[3] = (char) (0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* The code point of the \u escape at e, which check_escape() accepted:
+ * \uXXXX, or a surrogate pair \uD8xx-\uDBxx \uDCxx-\uDFxx. */
+static unsigned long u_escape_cp(const char *e)
+{
+    long cp = hex4(e + 2);
+    if (cp >= 0xD800 && cp <= 0xDBFF)
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4(e + 8) - 0xDC00);
+    return (unsigned long) cp;
+}
+
+/*
+ * scan_string() that also writes the string's unescaped text to dst (room
+ * for cap bytes), for a value that will be needed unescaped: the string is
+ * walked once instead of scanned here and unescaped again later. Validation,
+ * errors and *out are exactly those of scan_string().
+ *
+ * *tlen bytes of text stand for the first *traw bytes of the escaped span:
+ * all of it, or, when dst fills up, a prefix that ends where an escape or a
+ * plain byte begins (the rest is then only scanned, and whoever needs the
+ * text unescapes that rest). dst is written past *tlen (whole blocks are
+ * stored before their escapes are resolved), never past cap.
+ *
+ * Blocks as in scan_string_from(): each is stored whole at its place in dst;
+ * an escape writes its byte and stores a block's worth again one byte
+ * further back, reloaded from the line past the escape (a fixed-size copy:
+ * SSE2 has no variable byte shift). That reads and writes up to two blocks
+ * past the block's start and its text's start, so the last bytes of a line
+ * and of dst take the byte loop. o is where the text of s[i] goes; inside a
+ * block it steps back one byte per escape so that the text of s[i + k] goes
+ * to dst[o + k] for every k after the last escape (unsigned: it may wrap
+ * below 0 there, o + k never does).
+ */
+static W2J_INLINE int scan_string_text(struct scan *sc, struct w2j_value *out, char *dst,
+                                        size_t cap, size_t *tlen, size_t *traw)
+{
+    const char *s = sc->s;
+    size_t len = sc->len, start = sc->pos, i = start + 1, o = 0, p;
+
+    for (;;) {
+#if W2J_SWAR
+        if (W2J_LIKELY(len - i >= 2 * SCAN_BLOCK && cap - o >= 2 * SCAN_BLOCK)) {
+            uint64_t m = scan_mask(s + i);
+            memcpy(dst + o, s + i, SCAN_BLOCK);
+            if (m == 0) {
+                i += SCAN_BLOCK;
+                o += SCAN_BLOCK;
+                continue;
+            }
+            /* Visit the flagged bytes as scan_string_from() does. Where the
+             * next block starts must not depend on them (nor on tzcnt): then
+             * its load and mask overlap this block's escapes. */
+            for (;;) {
+                size_t k = scan_first(m);
+                char c;
+                if (s[i + k] != '\\') {
+                    o += k;
+                    p = i + k;
+                    goto stop;
+                }
+                if (W2J_UNLIKELY(k == SCAN_BLOCK - 1) ||
+                    W2J_UNLIKELY((c = esc_char[(unsigned char) s[i + k + 1]]) == 0)) {
+                    o += k; /* escaped byte in the next block, or \u, or invalid */
+                    i += k;
+                    goto escape;
+                }
+                dst[o + k] = c;
+                o--;
+                memcpy(dst + o + k + 2, s + i + k + 2, SCAN_BLOCK);
+                uint64_t low = m & (~m + 1);
+                m &= ~(low | low << SCAN_BIT); /* the backslash and the byte it escapes */
+                if (m == 0)
+                    break;
+            }
+            i += SCAN_BLOCK;
+            o += SCAN_BLOCK;
+            continue;
+        }
+#endif
+        while (i < len && !str_stop[(unsigned char) s[i]]) {
+            if (W2J_UNLIKELY(o == cap))
+                goto full;
+            dst[o++] = s[i++];
+        }
+        if (W2J_UNLIKELY(i >= len))
+            return scan_fail(sc, start, "truncated: unterminated string");
+        p = i;
+        if (s[p] == '\\') {
+#if W2J_SWAR
+        escape:
+#endif
+            if (W2J_UNLIKELY(cap - o < 4)) /* the most an escape unescapes to */
+                goto full;
+            if (i + 1 < len && esc_char[(unsigned char) s[i + 1]] != 0) {
+                dst[o++] = esc_char[(unsigned char) s[i + 1]];
+                i += 2;
+            } else {
+                size_t next = check_escape(sc, i);
+                if (next == 0)
+                    return -1;
+                o += utf8_put(dst + o, u_escape_cp(s + i));
+                i = next;
+            }
+            continue;
+        }
+#if W2J_SWAR
+    stop:
+#endif
+        if (s[p] == '"')
+            break;
+        return scan_fail(sc, p, "control character 0x%02X in string", (unsigned char) s[p]);
+    }
+    /* Each escape is longer than its text: the string has one exactly when
+     * its text is shorter. */
+    *tlen = o;
+    *traw = p - start - 1;
+    out->type = W2J_STRING;
+    out->escaped = o < p - start - 1;
+    out->ptr = s + start + 1;
+    out->len = p - start - 1;
+    sc->pos = p + 1;
+    return 0;
+
+full:
+    *tlen = o;
+    *traw = i - start - 1;
+    return scan_string_from(sc, start, i, o < i - start - 1, out);
 }
 
 static inline bool is_digit(int c)
@@ -574,8 +740,13 @@ static enum rec_key classify_value_key(const struct w2j_value *key)
  *   [{"name":"id","value":1},{"name":"t","type":"text","value":"x"},...]
  *
  * "name" must be a string; "value" may be any JSON value; other keys
- * ("type", "typeoid", "optional", "position", "default") are skipped. */
-static int parse_columns(struct scan *sc, struct w2j_record *rec)
+ * ("type", "typeoid", "optional", "position", "default") are skipped.
+ * With text, string values are unescaped into the record as they are
+ * scanned (each column's text; a value without escapes is its own text and
+ * leaves the buffer to the next). Every string column gets it, not only
+ * those the map will pick (the map is w2j_event_decode()'s): the other
+ * columns of an outbox are few and their values seldom escaped. */
+static int parse_columns(struct scan *sc, struct w2j_record *rec, bool text)
 {
     struct w2j_value tmp;
 
@@ -603,6 +774,7 @@ static int parse_columns(struct scan *sc, struct w2j_record *rec)
         col->value.escaped = false;
         col->value.ptr = NULL;
         col->value.len = 0;
+        col->text.src = NULL;
         skip_ws(sc);
         if (peek(sc) != '}') {
             for (;;) {
@@ -654,9 +826,20 @@ static int parse_columns(struct scan *sc, struct w2j_record *rec)
                 } else if (kn == 5 && memcmp(k, "value", 5) == 0) {
                     if (have_value)
                         return scan_fail(sc, key_at, "duplicate key \"value\" in column");
-                    if (peek(sc) == '"' ? scan_string(sc, &col->value) < 0
-                                        : scan_value(sc, 3, &col->value) < 0)
+                    if (peek(sc) == '"' && text) {
+                        struct w2j_text *t = &col->text;
+                        t->off = rec->text_used;
+                        if (scan_string_text(sc, &col->value, rec->text_buf + t->off,
+                                             W2J_TEXT_CAP - t->off, &t->len, &t->raw) < 0)
+                            return -1;
+                        if (col->value.escaped) { /* else the value is its own text */
+                            t->src = col->value.ptr;
+                            rec->text_used += t->len;
+                        }
+                    } else if (peek(sc) == '"' ? scan_string(sc, &col->value) < 0
+                                               : scan_value(sc, 3, &col->value) < 0) {
                         return -1;
+                    }
                     have_value = true;
                 } else if (scan_value(sc, 3, &tmp) < 0) {
                     return -1;
@@ -789,6 +972,7 @@ int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf
     rec->transactional = false;
     value_reset(&rec->prefix);
     value_reset(&rec->content);
+    rec->text_used = 0;
     if (errbuf != NULL && errlen > 0)
         errbuf[0] = '\0';
     if (line == NULL)
@@ -867,7 +1051,9 @@ int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf
                 rc = parse_string_or_null(&sc, "content", &rec->content);
                 break;
             case K_COLUMNS:
-                rc = parse_columns(&sc, rec);
+                /* Only inserts become events: the columns of other changes
+                 * (updates of the outbox, say) are not worth the writes. */
+                rc = parse_columns(&sc, rec, rec->action == 'I');
                 break;
             case K_TRANSACTIONAL:
                 if (peek(&sc) == 't') {
@@ -908,32 +1094,6 @@ int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf
 }
 
 /* ----------------------------------------------------------- w2j_unescape */
-
-/* Writes code point cp as UTF-8 at dst (room for k bytes checked by the
- * caller); returns the number of bytes. */
-static size_t utf8_put(char *dst, unsigned long cp)
-{
-    if (cp < 0x80) {
-        dst[0] = (char) cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        dst[0] = (char) (0xC0 | (cp >> 6));
-        dst[1] = (char) (0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        dst[0] = (char) (0xE0 | (cp >> 12));
-        dst[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
-        dst[2] = (char) (0x80 | (cp & 0x3F));
-        return 3;
-    }
-    dst[0] = (char) (0xF0 | (cp >> 18));
-    dst[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
-    dst[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
-    dst[3] = (char) (0x80 | (cp & 0x3F));
-    return 4;
-}
 
 static size_t utf8_len(unsigned long cp)
 {
@@ -1254,22 +1414,43 @@ static inline size_t scratch_need(const struct w2j_value *v)
 }
 
 /* Hands out a string value: a span of the line when it has no escapes, else
- * its unescaped text appended to the scratch (already large enough). */
-static int take_string(const struct w2j_value *v, struct w2j_scratch *s, const char **ptr,
-                       size_t *len)
+ * its unescaped text appended to the scratch (already large enough). The
+ * text w2j_parse() left in rec for it (t, may be NULL) is copied, and only
+ * what it lacks is unescaped; copying keeps every event string in the line
+ * or the scratch, whose lifetimes the caller knows. */
+static int take_text(const struct w2j_value *v, const struct w2j_record *rec,
+                     const struct w2j_text *t, struct w2j_scratch *s, const char **ptr,
+                     size_t *len)
 {
     if (!v->escaped) {
         *ptr = v->ptr;
         *len = v->len;
         return 0;
     }
-    size_t n;
-    if (w2j_unescape(v, s->buf + s->len, s->cap - s->len, &n) < 0)
-        return -1;
-    *ptr = s->buf + s->len;
-    *len = n;
-    s->len += n;
+    char *dst = s->buf + s->len;
+    size_t room = s->cap - s->len, done = 0, n;
+    struct w2j_value rest = *v;
+    if (t != NULL && t->src == v->ptr && t->raw <= v->len && t->len <= room) {
+        memcpy(dst, rec->text_buf + t->off, t->len);
+        done = t->len;
+        rest.ptr += t->raw;
+        rest.len -= t->raw;
+    }
+    if (rest.len > 0) {
+        if (w2j_unescape(&rest, dst + done, room - done, &n) < 0)
+            return -1;
+        done += n;
+    }
+    *ptr = dst;
+    *len = done;
+    s->len += done;
     return 0;
+}
+
+static int take_string(const struct w2j_value *v, struct w2j_scratch *s, const char **ptr,
+                       size_t *len)
+{
+    return take_text(v, NULL, NULL, s, ptr, len);
 }
 
 static bool value_equals(const struct w2j_value *v, const char *name)
@@ -1324,6 +1505,7 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
                             map->created_at};
     size_t lens[5];
     const struct w2j_value *vals[5] = {NULL, NULL, NULL, NULL, NULL};
+    const struct w2j_text *texts[5] = {NULL, NULL, NULL, NULL, NULL};
     enum { C_ID, C_AGG, C_TYPE, C_PAYLOAD, C_CREATED };
 
     if (map->id == NULL || map->type == NULL)
@@ -1339,6 +1521,7 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
                     return event_fail(errbuf, errlen, rec->lsn, "column \"%s\" appears twice",
                                       names[c]);
                 vals[c] = &rec->columns[i].value;
+                texts[c] = &rec->columns[i].text;
                 break;
             }
         }
@@ -1374,17 +1557,18 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
     if (scratch_reserve(scratch, scratch_need(agg) + scratch_need(type) + scratch_need(pay) +
                                      scratch_need(cat)) < 0)
         return event_fail(errbuf, errlen, rec->lsn, "out of memory");
-    if (take_string(type, scratch, &ev->type, &ev->type_len) < 0)
+    if (take_text(type, rec, texts[C_TYPE], scratch, &ev->type, &ev->type_len) < 0)
         return event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape", names[C_TYPE]);
     if (agg != NULL && agg->type == W2J_STRING &&
-        take_string(agg, scratch, &ev->aggregate_id, &ev->aggregate_id_len) < 0)
+        take_text(agg, rec, texts[C_AGG], scratch, &ev->aggregate_id, &ev->aggregate_id_len) < 0)
         return event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape", names[C_AGG]);
     if (cat != NULL && cat->type == W2J_STRING &&
-        take_string(cat, scratch, &ev->created_at, &ev->created_at_len) < 0)
+        take_text(cat, rec, texts[C_CREATED], scratch, &ev->created_at,
+                  &ev->created_at_len) < 0)
         return event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
                           names[C_CREATED]);
     if (pay != NULL && pay->type == W2J_STRING) {
-        if (take_string(pay, scratch, &ev->payload, &ev->payload_len) < 0)
+        if (take_text(pay, rec, texts[C_PAYLOAD], scratch, &ev->payload, &ev->payload_len) < 0)
             return event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
                               names[C_PAYLOAD]);
     } else if (pay != NULL && pay->type != W2J_NULL) {

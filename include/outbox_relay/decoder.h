@@ -22,7 +22,8 @@
  *
  * Two layers:
  *   w2j_parse()        scans one line into a struct w2j_record whose
- *                      strings point into the caller's line (zero copy);
+ *                      strings point into the caller's line (zero copy),
+ *                      unescaping column values in passing;
  *   w2j_event_decode() maps an "I" record of the outbox table (or an "M"
  *                      record) to a struct outbox_event, unescaping into a
  *                      scratch buffer owned by a struct w2j_scratch.
@@ -58,10 +59,29 @@ struct w2j_value {
     size_t len;
 };
 
+/* The unescaped text of an escaped string value, which w2j_parse() writes
+ * into the record while it scans the value, so that w2j_event_decode() does
+ * not walk the value a second time to unescape it. len bytes at
+ * text_buf + off stand for the first raw bytes of the escaped value: all of
+ * it, or a prefix when the record's buffer filled up (the rest is unescaped
+ * on demand). src is the value's ptr when the text belongs to it, NULL when
+ * there is none; a caller that rewrites the value makes the text unused. */
+struct w2j_text {
+    const char *src;
+    size_t off;
+    size_t len;
+    size_t raw;
+};
+
 struct w2j_column {
     struct w2j_value name;
     struct w2j_value value;
+    struct w2j_text text; /* of value: only for the columns of an 'I' record */
 };
+
+/* Room in a record for the texts: a typical outbox payload fits whole; a
+ * larger one is unescaped in passing up to here and the rest later. */
+#define W2J_TEXT_CAP 16384
 
 struct w2j_record {
     char action;               /* 'B','C','I','U','D','T','M' */
@@ -76,10 +96,15 @@ struct w2j_record {
     bool transactional;        /* M */
     struct w2j_value prefix;   /* M */
     struct w2j_value content;  /* M */
+    size_t text_used;          /* bytes of text_buf that texts use */
+    char text_buf[W2J_TEXT_CAP];
 };
 
 /* Scans one wal2json v2 line of len bytes (not NUL-terminated). On success
- * returns 0 and fills *rec (pointers into line; valid while line is).
+ * returns 0 and fills *rec (pointers into line; valid while line is). The
+ * escaped string values in the columns of an 'I' record are also unescaped
+ * into the record on the way (struct w2j_text), when "action" comes before
+ * "columns" as wal2json writes it.
  * Returns -1 on malformed input (truncated, bad escape, trailing garbage,
  * missing or unknown "action", more than W2J_MAX_COLUMNS columns, nesting
  * deeper than 64) with a message naming what and at which byte offset in
