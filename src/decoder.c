@@ -11,9 +11,10 @@
  * allocates, never touches bytes outside [line, line+len) and resets only
  * the scalar fields of the record (the columns array and the text buffer
  * are 26 KiB). What it does write is the text of an insert's escaped column
- * values, unescaped into the record while they are scanned: the payload
- * (jsonb text, full of \" escapes) is the bulk of every event, and walking
- * it a second time to unescape it was 29% of the decoder's instructions.
+ * values and of a message's content, unescaped into the record while they
+ * are scanned: the payload (jsonb text, full of \" escapes) is the bulk of
+ * every event, and walking it a second time to unescape it was 29% of the
+ * decoder's instructions.
  *
  * w2j_event_decode() turns an 'I' record of the outbox table, or an 'M'
  * record carrying an envelope, into a struct outbox_event; strings that
@@ -972,6 +973,7 @@ int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf
     rec->transactional = false;
     value_reset(&rec->prefix);
     value_reset(&rec->content);
+    rec->content_text.src = NULL;
     rec->text_used = 0;
     if (errbuf != NULL && errlen > 0)
         errbuf[0] = '\0';
@@ -1048,7 +1050,20 @@ int w2j_parse(const char *line, size_t len, struct w2j_record *rec, char *errbuf
                 rc = parse_string_or_null(&sc, "prefix", &rec->prefix);
                 break;
             case K_CONTENT:
-                rc = parse_string_or_null(&sc, "content", &rec->content);
+                if (rec->action == 'M' && peek(&sc) == '"') {
+                    /* The envelope, which is all unescaped before it is
+                     * parsed: its text in passing too. */
+                    struct w2j_text *t = &rec->content_text;
+                    t->off = rec->text_used;
+                    rc = scan_string_text(&sc, &rec->content, rec->text_buf + t->off,
+                                          W2J_TEXT_CAP - t->off, &t->len, &t->raw);
+                    if (rc == 0 && rec->content.escaped) {
+                        t->src = rec->content.ptr;
+                        rec->text_used += t->len;
+                    }
+                } else {
+                    rc = parse_string_or_null(&sc, "content", &rec->content);
+                }
                 break;
             case K_COLUMNS:
                 /* Only inserts become events: the columns of other changes
@@ -1592,21 +1607,22 @@ static int decode_message(const struct w2j_record *rec, struct w2j_scratch *scra
     const struct w2j_value *content = &rec->content;
     struct w2j_value agg, type, pay, ts = rec->timestamp;
     char serr[W2J_ERRLEN];
+    const char *env;
     size_t elen;
 
     if (content->type != W2J_STRING)
         return event_fail(errbuf, errlen, rec->lsn, "message without \"content\"");
     if (content->len > (SIZE_MAX - ts.len) / 2)
         return event_fail(errbuf, errlen, rec->lsn, "out of memory");
-    /* The envelope, then its escaped strings: all of them are substrings of
-     * the envelope, which is no longer than the raw content. */
+    /* The envelope (its text from the record; left in the line if it has no
+     * escape, which no valid one lacks), then its escaped strings: all of
+     * them are substrings of the envelope, no longer than the raw content. */
     if (scratch_reserve(scratch, 2 * content->len + scratch_need(&ts)) < 0)
         return event_fail(errbuf, errlen, rec->lsn, "out of memory");
-    if (w2j_unescape(content, scratch->buf, scratch->cap, &elen) < 0)
+    if (take_text(content, rec, &rec->content_text, scratch, &env, &elen) < 0)
         return event_fail(errbuf, errlen, rec->lsn, "message content: bad escape");
-    scratch->len = elen;
 
-    struct scan sc = {scratch->buf, elen, 0, serr, sizeof serr};
+    struct scan sc = {env, elen, 0, serr, sizeof serr};
     unsigned seen = 0;
     value_reset(&agg);
     value_reset(&type);

@@ -23,7 +23,7 @@
  * Two layers:
  *   w2j_parse()        scans one line into a struct w2j_record whose
  *                      strings point into the caller's line (zero copy),
- *                      unescaping column values in passing;
+ *                      unescaping column values and content in passing;
  *   w2j_event_decode() maps an "I" record of the outbox table (or an "M"
  *                      record) to a struct outbox_event, unescaping into a
  *                      scratch buffer owned by a struct w2j_scratch.
@@ -96,15 +96,16 @@ struct w2j_record {
     bool transactional;        /* M */
     struct w2j_value prefix;   /* M */
     struct w2j_value content;  /* M */
+    struct w2j_text content_text; /* of content */
     size_t text_used;          /* bytes of text_buf that texts use */
     char text_buf[W2J_TEXT_CAP];
 };
 
 /* Scans one wal2json v2 line of len bytes (not NUL-terminated). On success
  * returns 0 and fills *rec (pointers into line; valid while line is). The
- * escaped string values in the columns of an 'I' record are also unescaped
- * into the record on the way (struct w2j_text), when "action" comes before
- * "columns" as wal2json writes it.
+ * escaped string values in the columns of an 'I' record, and the content of
+ * an 'M' record, are also unescaped into the record on the way (struct
+ * w2j_text), when "action" comes first as wal2json writes it.
  * Returns -1 on malformed input (truncated, bad escape, trailing garbage,
  * missing or unknown "action", more than W2J_MAX_COLUMNS columns, nesting
  * deeper than 64) with a message naming what and at which byte offset in
