@@ -407,7 +407,7 @@ static unsigned long u_escape_cp(const char *e)
  * and of dst take the byte loop. o is where the text of s[i] goes; inside a
  * block it steps back one byte per escape so that the text of s[i + k] goes
  * to dst[o + k] for every k after the last escape (unsigned: it may wrap
- * below 0 there, o + k never does).
+ * below 0 there, o + k never does; so add o + k, never o, to dst).
  */
 static W2J_INLINE int scan_string_text(struct scan *sc, struct w2j_value *out, char *dst,
                                         size_t cap, size_t *tlen, size_t *traw)
@@ -444,7 +444,7 @@ static W2J_INLINE int scan_string_text(struct scan *sc, struct w2j_value *out, c
                 }
                 dst[o + k] = c;
                 o--;
-                memcpy(dst + o + k + 2, s + i + k + 2, SCAN_BLOCK);
+                memcpy(dst + (o + k + 2), s + i + k + 2, SCAN_BLOCK);
                 uint64_t low = m & (~m + 1);
                 m &= ~(low | low << SCAN_BIT); /* the backslash and the byte it escapes */
                 if (m == 0)
@@ -1437,12 +1437,12 @@ static int take_text(const struct w2j_value *v, const struct w2j_record *rec,
                      const struct w2j_text *t, struct w2j_scratch *s, const char **ptr,
                      size_t *len)
 {
-    if (!v->escaped) {
+    if (!v->escaped || v->len == 0) { /* the second: only a caller's record */
         *ptr = v->ptr;
         *len = v->len;
         return 0;
     }
-    char *dst = s->buf + s->len;
+    char *dst = s->buf + s->len; /* not NULL: the scratch has room for v->len */
     size_t room = s->cap - s->len, done = 0, n;
     struct w2j_value rest = *v;
     if (t != NULL && t->src == v->ptr && t->raw <= v->len && t->len <= room) {
