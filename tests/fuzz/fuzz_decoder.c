@@ -12,7 +12,9 @@
  * The input is copied into a buffer of exactly its size so that ASan flags
  * any read past the end. Invariants that would hide bugs if merely
  * "handled" abort: spans outside the line or scratch, an escape that the
- * parser accepted but w2j_unescape refuses, an event without a type.
+ * parser accepted but w2j_unescape refuses, an event without a type, a
+ * text that w2j_parse unescaped in passing (struct w2j_text) and that
+ * differs from what w2j_unescape makes of the same bytes.
  *
  * Seed corpus: tests/fuzz/corpus/decoder/ (real lines from the golden
  * fixtures). libFuzzer writes new inputs into the first directory it is
@@ -63,6 +65,25 @@ static void check_value(const struct w2j_value *v, const char *line, size_t size
     }
 }
 
+/* The text w2j_parse left in the record for v, if any: the unescaping of a
+ * prefix of v that ends between escapes, inside the record's buffer. */
+static void check_text(const struct w2j_text *t, const struct w2j_value *v)
+{
+    if (t->src == NULL)
+        return;
+    if (t->src != v->ptr || v->type != W2J_STRING || !v->escaped || t->raw > v->len ||
+        t->len > t->raw || t->off > W2J_TEXT_CAP || t->len > W2J_TEXT_CAP - t->off ||
+        t->off + t->len > rec.text_used)
+        abort();
+    struct w2j_value prefix = {W2J_STRING, true, v->ptr, t->raw};
+    char *out = malloc(t->raw ? t->raw : 1);
+    size_t n;
+    if (w2j_unescape(&prefix, out, t->raw, &n) < 0 || n != t->len ||
+        memcmp(out, rec.text_buf + t->off, n) != 0)
+        abort();
+    free(out);
+}
+
 static void check_event(const struct outbox_event *ev, const char *line, size_t size)
 {
     if (memchr(ev->event_id, '\0', sizeof ev->event_id) == NULL)
@@ -109,7 +130,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             check_value(&rec.columns[i].name, line, size);
             check_value(&rec.columns[i].value, line, size);
+            check_text(&rec.columns[i].text, &rec.columns[i].value);
         }
+        check_text(&rec.content_text, &rec.content);
         if (w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err) == 0)
             check_event(&ev, line, size);
         else if (err[0] == '\0')
