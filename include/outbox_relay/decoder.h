@@ -2,10 +2,12 @@
  * decoder.h — wal2json (format-version 2) line decoder. Pure: no I/O, no
  * allocation in w2j_parse.
  *
- * wal2json v2 sends one JSON object per change. With the options the
- * relayer asks for (include-lsn, include-timestamp, include-types=0,
- * include-xids=0) the server produces lines like these (captured from
- * PostgreSQL 15 + wal2json 2.5):
+ * wal2json v2 sends one JSON object per change. With include-lsn,
+ * include-timestamp, include-types=0 and include-xids=0 the server produces
+ * lines like these (captured from PostgreSQL 15 + wal2json 2.5); the relayer
+ * leaves include-lsn out (the XLogData header carries the positions, see
+ * relay.c), so its lines have no "lsn"/"nextlsn" and the record's lsn and
+ * nextlsn stay 0 for the caller to fill:
  *
  *   {"action":"B","timestamp":"2026-11-30 14:38:02.796452+00","lsn":"0/152AAA8","nextlsn":"0/152AAD8"}
  *   {"action":"I","timestamp":"…","lsn":"0/152A8D8","schema":"public","table":"events_outbox",
