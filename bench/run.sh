@@ -33,6 +33,8 @@
 # Knobs (environment): BENCH_PHASES="drain steady huge load decoder",
 # BENCH_BACKLOG, BENCH_REPS, BENCH_CLIENTS (pgbench clients, 16),
 # BENCH_RELAY_ARGS (extra outbox-relay arguments, e.g. "-X linger.ms=5"),
+BENCH_RELAY_PREFIX (run outbox-relay under a profiler, e.g. "valgrind
+--tool=callgrind --callgrind-out-file=/tmp/relay.cg"),
 # BENCH_KEEP=1, OUTBOX_RELAY_BUILD (default build/).
 set -euo pipefail
 
@@ -69,6 +71,9 @@ fi
 PHASES=${BENCH_PHASES:-drain steady huge load decoder}
 CLIENTS=${BENCH_CLIENTS:-16}
 read -r -a RELAY_EXTRA <<<"${BENCH_RELAY_ARGS:-}"
+# A command to run outbox-relay under, for profiles (timings then mean
+# nothing), e.g. "valgrind --tool=callgrind --callgrind-out-file=/tmp/relay.cg".
+read -r -a RELAY_PREFIX <<<"${BENCH_RELAY_PREFIX:-}"
 TOPICS=order,shipment # the {prefix} of bench_type()'s event types
 
 # ------------------------------------------------------------------ helpers
@@ -368,7 +373,7 @@ broker_stop() {
 # "wait", returns once it streams.
 relay_start() {
     MPORT=$(free_port)
-    bg "$RELAY" --dsn "$DSN" --brokers "$BOOTSTRAP" --slot "$1" \
+    bg "${RELAY_PREFIX[@]}" "$RELAY" --dsn "$DSN" --brokers "$BOOTSTRAP" --slot "$1" \
         --metrics-addr "127.0.0.1:$MPORT" "${RELAY_EXTRA[@]}" >"$2" 2>&1
     RELAY_PID=$BG_PID
     if [ "${3:-}" = wait ]; then
