@@ -31,10 +31,10 @@
 # in the work dir when BENCH_KEEP=1 or when the run fails.
 #
 # Knobs (environment): BENCH_PHASES="drain steady huge load decoder",
-# BENCH_BACKLOG, BENCH_REPS, BENCH_CLIENTS (pgbench clients, 16),
-# BENCH_RELAY_ARGS (extra outbox-relay arguments, e.g. "-X linger.ms=5"),
-BENCH_RELAY_PREFIX (run outbox-relay under a profiler, e.g. "valgrind
---tool=callgrind --callgrind-out-file=/tmp/relay.cg"),
+# BENCH_BACKLOG, BENCH_REPS, BENCH_STEADY_REPS, BENCH_CLIENTS (pgbench
+# clients, 16), BENCH_RELAY_ARGS (extra outbox-relay arguments, e.g.
+# "-X linger.ms=5"), BENCH_RELAY_PREFIX (run outbox-relay under a profiler,
+# e.g. "valgrind --tool=callgrind --callgrind-out-file=/tmp/relay.cg"),
 # BENCH_KEEP=1, OUTBOX_RELAY_BUILD (default build/).
 set -euo pipefail
 
