@@ -68,6 +68,7 @@ import pytest
 
 import harness
 from harness import wait_until
+from test_core import wait_streaming
 
 STATUS = "0.5"
 SLOT = "outbox_relay"
@@ -101,16 +102,6 @@ def run_binary(args, env=None, timeout=15):
                          timeout=timeout)
     return (res.returncode, res.stdout.decode("utf-8", "replace"),
             res.stderr.decode("utf-8", "replace"))
-
-
-def wait_streaming(pg, r, slot=SLOT, timeout=30):
-    def ok():
-        if not r.running():
-            raise AssertionError("relayer exited (rc=%s) before streaming; log:\n%s"
-                                 % (r.returncode, r.log_tail()))
-        info = pg.slot_info(slot)
-        return bool(info and info["active"])
-    wait_until(ok, timeout, message="relayer to stream from slot %s" % slot)
 
 
 def insert_events(pg, typ, n=1, **conn_kw):
