@@ -323,6 +323,17 @@ recvlogical() { # recvlogical SLOT ENDPOS OUTFILE
     "$PG_BIN/pg_recvlogical" -d "$DSN" --slot="$1" --start --endpos="$2" --no-loop -f "$3" \
         "${W2J_OPTS[@]}"
 }
+# recvlogical_follow SLOT OUTFILE LOGFILE: pg_recvlogical in the background
+# (BG_PID), following the slot until stopped; returns once the slot is
+# active (up to 10 s).
+recvlogical_follow() {
+    local i
+    bg "$PG_BIN/pg_recvlogical" -d "$DSN" --slot="$1" --start -f "$2" "${W2J_OPTS[@]}" 2>>"$3"
+    for ((i = 0; i < 200; i++)); do
+        [ "$(psql_q -c "SELECT active FROM pg_replication_slots WHERE slot_name = '$1'")" = t ] && return 0
+        sleep 0.05
+    done
+}
 
 # ---------------------------------------------------------------- the broker
 
@@ -642,7 +653,7 @@ steady_run() {
 # bench/w2j_latency.c: commit to arrival at a client that does nothing, the
 # part of commit-to-delivery latency that is PostgreSQL's.
 floor_run() {
-    local name=$1 rate=$2 k=$3 per i probe recv
+    local name=$1 rate=$2 k=$3 per probe recv
     per=$((((rate * STEADY_SECONDS) / k + CLIENTS - 1) / CLIENTS))
     psql_q -c "TRUNCATE events_outbox, bench_orders" -c "CHECKPOINT"
     create_slot bench_floor
@@ -651,13 +662,8 @@ floor_run() {
     "$bin/bench-w2j-latency" <"$work/floor.fifo" >"$work/floor-$name.out" & # not bg(): FIFO
     probe=$!
     PIDS+=("$probe")
-    bg "$PG_BIN/pg_recvlogical" -d "$DSN" --slot=bench_floor --start -f "$work/floor.fifo" \
-        "${W2J_OPTS[@]}" 2>>"$work/floor.log"
+    recvlogical_follow bench_floor "$work/floor.fifo" "$work/floor.log"
     recv=$BG_PID
-    for ((i = 0; i < 200; i++)); do
-        [ "$(psql_q -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'bench_floor'")" = t ] && break
-        sleep 0.05
-    done
     pgbench_run "$work/pgbench-floor-$name.log" "$k" -c "$CLIENTS" -t "$per" --rate "$((rate / k))"
     sleep 1 # the last commits reach the client
     kill -INT "$recv" 2>/dev/null || true
@@ -736,13 +742,8 @@ load_run() {
     case "$mode" in
     decode)
         create_slot bench_load
-        bg "$PG_BIN/pg_recvlogical" -d "$DSN" --slot=bench_load --start -f /dev/null \
-            "${W2J_OPTS[@]}" 2>>"$work/load-decode.log"
+        recvlogical_follow bench_load /dev/null "$work/load-decode.log"
         recv=$BG_PID
-        for ((i = 0; i < 200; i++)); do
-            [ "$(psql_q -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'bench_load'")" = t ] && break
-            sleep 0.05
-        done
         ;;
     relay)
         create_slot bench_load
