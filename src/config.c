@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "outbox_relay/options.h"
@@ -410,6 +411,99 @@ static bool ident_ok(const char *s, size_t n)
     return true;
 }
 
+/* librdkafka's default for queue.buffering.max.messages (2.0 and later). */
+#define RDKAFKA_QUEUE_MAX_MESSAGES 100000
+#define RDKAFKA_QUEUE_MAX_KBYTES 1048576L
+
+/* The value of a librdkafka property under any of its names ("topic."
+ * prefixed or an alias), the last one given winning; NULL when unset. */
+static const char *kafka_prop(const struct relay_config *cfg, const char *const *names,
+                              const char **used)
+{
+    const char *value = NULL;
+    for (size_t i = 0; i < cfg->nkafka; i++) {
+        const char *k = cfg->kafka[i].key;
+        if (strncmp(k, "topic.", 6) == 0)
+            k += 6;
+        for (const char *const *n = names; *n; n++)
+            if (strcmp(k, *n) == 0)
+                value = cfg->kafka[i].value, *used = cfg->kafka[i].key;
+    }
+    return value;
+}
+
+static bool bool_true(const char *v)
+{
+    return strcasecmp(v, "true") == 0 || strcasecmp(v, "t") == 0 || strcmp(v, "1") == 0;
+}
+
+/* Refuses librdkafka settings that void the guarantee: the slot is
+ * confirmed on delivery reports, so a report must mean "stored on every
+ * in-sync replica, once, in order" (idempotence, acks=all) and an outage
+ * must make deliveries wait, never fail for lack of time. */
+static int check_kafka_guarantees(const struct relay_config *cfg, char *err, size_t errlen)
+{
+    static const char *const idem[] = {"enable.idempotence", NULL};
+    static const char *const acks[] = {"acks", "request.required.acks", NULL};
+    static const char *const inflight[] = {"max.in.flight.requests.per.connection",
+                                           "max.in.flight", NULL};
+    static const char *const timeout[] = {"message.timeout.ms", "delivery.timeout.ms", NULL};
+    static const char *const retries[] = {"message.send.max.retries", "retries", NULL};
+    static const char *const qmsgs[] = {"queue.buffering.max.messages", NULL};
+    static const char *const qkb[] = {"queue.buffering.max.kbytes", NULL};
+    const char *name = NULL, *v;
+    long n;
+
+    if ((v = kafka_prop(cfg, idem, &name)) && !bool_true(v)) {
+        snprintf(err, errlen, "-X %s=%s is refused: without the idempotent producer a retried "
+                 "request can store an event twice or out of order, and a delivery report no "
+                 "longer proves per-aggregate order; leave %s at true", name, v, name);
+        return -1;
+    }
+    if ((v = kafka_prop(cfg, acks, &name)) && strcasecmp(v, "all") != 0 && strcmp(v, "-1") != 0) {
+        snprintf(err, errlen, "-X %s=%s is refused: the slot is confirmed on delivery reports, "
+                 "and with acks other than all a report does not mean the event survives a "
+                 "broker failure; leave %s at all (-1)", name, v, name);
+        return -1;
+    }
+    if ((v = kafka_prop(cfg, inflight, &name)) && config_parse_long(v, &n) == 0 && n > 5) {
+        snprintf(err, errlen, "-X %s=%s is refused: the idempotent producer keeps per-partition "
+                 "order only with at most 5 requests in flight; use 1 to 5", name, v);
+        return -1;
+    }
+    if ((v = kafka_prop(cfg, timeout, &name)) && strcmp(v, "0") != 0) {
+        snprintf(err, errlen, "-X %s=%s is refused: a message timeout turns a Kafka outage into "
+                 "failed deliveries instead of deliveries that wait; leave %s at 0 (infinite)",
+                 name, v, name);
+        return -1;
+    }
+    if ((v = kafka_prop(cfg, retries, &name)) && config_parse_long(v, &n) == 0 && n == 0) {
+        snprintf(err, errlen, "-X %s=0 is refused: every transient broker error would fail a "
+                 "delivery; leave it unset", name);
+        return -1;
+    }
+    long qmax = RDKAFKA_QUEUE_MAX_MESSAGES;
+    if ((v = kafka_prop(cfg, qmsgs, &name)) && config_parse_long(v, &n) == 0)
+        qmax = n;
+    if (cfg->max_inflight > qmax) {
+        snprintf(err, errlen, "--max-inflight %ld is above librdkafka's local queue limit "
+                 "queue.buffering.max.messages (%ld): the queue would fill before the window "
+                 "does; lower --max-inflight or raise -X queue.buffering.max.messages",
+                 cfg->max_inflight, qmax);
+        return -1;
+    }
+    long qkbytes = RDKAFKA_QUEUE_MAX_KBYTES;
+    if ((v = kafka_prop(cfg, qkb, &name)) && config_parse_long(v, &n) == 0)
+        qkbytes = n;
+    if (cfg->max_inflight_bytes / 1024 > qkbytes) {
+        snprintf(err, errlen, "--max-inflight-bytes %ld is above librdkafka's local queue limit "
+                 "queue.buffering.max.kbytes (%ld KiB): lower --max-inflight-bytes or raise -X "
+                 "queue.buffering.max.kbytes", cfg->max_inflight_bytes, qkbytes);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate(struct relay_config *cfg, char *err, size_t errlen)
 {
     if (cfg->dsn == NULL || *cfg->dsn == '\0') {
@@ -473,6 +567,8 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
                  cfg->max_inflight_bytes);
         return -1;
     }
+    if (check_kafka_guarantees(cfg, err, errlen) < 0)
+        return -1;
     if (cfg->status_interval < 0.05 || cfg->status_interval > 3600) {
         snprintf(err, errlen, "--status-interval must be between 0.05 and 3600 seconds");
         return -1;

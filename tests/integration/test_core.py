@@ -777,12 +777,27 @@ BAD = [
     ([], {"OUTBOX_RELAY_MAX_INFLIGHT": "abc"}, None, r"max.inflight"),
     ([], {}, "max-inflight = abc\n", r"max.inflight"),
     (["--config", "/nonexistent/outbox-relay.conf"], {}, None, r"nonexistent|config"),
+    # settings that void the guarantee (issue 11): refused, naming the property
+    (["-X", "enable.idempotence=false", "-X", "acks=1"], {}, None,
+     r"enable\.idempotence=false is refused"),
+    (["-X", "acks=1"], {}, None, r"-X acks=1 is refused"),
+    ([], {"OUTBOX_RELAY_KAFKA_ENABLE_IDEMPOTENCE": "false"}, None,
+     r"enable\.idempotence=false is refused"),
+    ([], {"OUTBOX_RELAY_KAFKA_ACKS": "1"}, None, r"acks=1 is refused"),
+    ([], {}, "kafka.request.required.acks = 0\n", r"request\.required\.acks=0 is refused"),
+    (["-X", "max.in.flight.requests.per.connection=10"], {}, None,
+     r"max\.in\.flight\.requests\.per\.connection=10 is refused"),
+    (["-X", "message.timeout.ms=2000"], {}, None, r"message\.timeout\.ms=2000 is refused"),
+    (["--max-inflight", "200000"], {}, None, r"queue\.buffering\.max\.messages"),
 ]
 
 
 @pytest.mark.parametrize("args,env,config,msg", BAD,
                          ids=["unknown", "inflight", "inflight-bytes", "slot", "status", "loglevel",
-                              "logformat", "table", "env", "config-file", "config-missing"])
+                              "logformat", "table", "env", "config-file", "config-missing",
+                              "no-idempotence", "acks-1", "env-idempotence", "env-acks",
+                              "file-acks", "max-in-flight", "message-timeout",
+                              "inflight-over-queue"])
 def test_bad_flags_exit_2(relayer, tmp_path, args, env, config, msg):
     """Bad flags and values: exit 2 quickly, saying what was wrong. The DSN
     points at a closed port, so a relayer that ignored the error would sit

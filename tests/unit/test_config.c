@@ -63,7 +63,7 @@ static void test_precedence(void)
                    "OUTBOX_RELAY_KAFKA_LINGER_MS=20", "OUTBOX_RELAY_BUILD=/ignored", NULL};
     struct relay_config c;
     char err[CONFIG_ERRLEN];
-    CHECK_EQ_INT(load(&c, env, err, 7, cfgarg, "--max-inflight", "9", "-X", "acks=1",
+    CHECK_EQ_INT(load(&c, env, err, 7, cfgarg, "--max-inflight", "9", "-X", "acks=all",
                       "--status-interval=0.5"),
                  CONFIG_OK);
     CHECK(strcmp(c.dsn, "dbname=fromfile") == 0);   /* file only */
@@ -74,7 +74,7 @@ static void test_precedence(void)
     CHECK(config_kafka_get(&c, "compression.type") &&
           strcmp(config_kafka_get(&c, "compression.type"), "lz4") == 0);
     CHECK(config_kafka_get(&c, "linger.ms") && strcmp(config_kafka_get(&c, "linger.ms"), "20") == 0);
-    CHECK(config_kafka_get(&c, "acks") && strcmp(config_kafka_get(&c, "acks"), "1") == 0);
+    CHECK(config_kafka_get(&c, "acks") && strcmp(config_kafka_get(&c, "acks"), "all") == 0);
     config_free(&c);
     unlink(path);
 }
@@ -124,6 +124,62 @@ static void test_errors(void)
                  "loud");
     expect_error("not a valid PostgreSQL connection string", 5, "--dsn", "host", "--brokers",
                  "b");
+}
+
+/* Settings that void the guarantee are refused under every name they
+ * have; the safe values of the same properties are accepted. */
+static void test_kafka_guard_rails(void)
+{
+#define BASE "--dsn", "dbname=x", "--brokers", "b"
+    expect_error("-X enable.idempotence=false is refused", 7, BASE, "-X", "enable.idempotence=false");
+    expect_error("-X enable.idempotence=0 is refused", 7, BASE, "-X", "enable.idempotence=0");
+    expect_error("-X acks=1 is refused", 7, BASE, "-X", "acks=1");
+    expect_error("-X acks=0 is refused", 7, BASE, "-X", "acks=0");
+    expect_error("-X request.required.acks=1 is refused", 7, BASE, "-X",
+                 "request.required.acks=1");
+    expect_error("-X topic.acks=1 is refused", 7, BASE, "-X", "topic.acks=1");
+    expect_error("-X max.in.flight=6 is refused", 7, BASE, "-X", "max.in.flight=6");
+    expect_error("-X max.in.flight.requests.per.connection=1000000 is refused", 7, BASE, "-X",
+                 "max.in.flight.requests.per.connection=1000000");
+    expect_error("-X message.timeout.ms=2000 is refused", 7, BASE, "-X",
+                 "message.timeout.ms=2000");
+    expect_error("-X delivery.timeout.ms=300000 is refused", 7, BASE, "-X",
+                 "delivery.timeout.ms=300000");
+    expect_error("-X retries=0 is refused", 7, BASE, "-X", "retries=0");
+    /* the last value given wins, as in librdkafka */
+    expect_error("-X acks=1 is refused", 9, BASE, "-X", "acks=all", "-X", "acks=1");
+    expect_error("queue.buffering.max.messages (100000)", 7, BASE, "--max-inflight", "100001");
+    expect_error("queue.buffering.max.messages (500)", 9, BASE, "--max-inflight", "1000", "-X",
+                 "queue.buffering.max.messages=500");
+    expect_error("queue.buffering.max.kbytes (1024 KiB)", 9, BASE, "--max-inflight-bytes", "2M",
+                 "-X", "queue.buffering.max.kbytes=1024");
+
+    const char *ok[][2] = {{"enable.idempotence", "true"}, {"acks", "all"}, {"acks", "-1"},
+                           {"request.required.acks", "-1"}, {"max.in.flight", "5"},
+                           {"message.timeout.ms", "0"}, {"retries", "10"},
+                           {"queue.buffering.max.messages", "20000"}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char kv[128];
+        snprintf(kv, sizeof kv, "%s=%s", ok[i][0], ok[i][1]);
+        char *argv[] = {"outbox-relay", BASE, "-X", kv, NULL};
+        char *env[] = {NULL};
+        struct relay_config c;
+        char err[CONFIG_ERRLEN] = "";
+        int rc = config_load(&c, 7, argv, env, err, sizeof err);
+        if (rc != CONFIG_OK)
+            fprintf(stderr, "-X %s refused: %s\n", kv, err);
+        CHECK_EQ_INT(rc, CONFIG_OK);
+        config_free(&c);
+    }
+    /* The environment and config-file forms go through the same check. */
+    char *argv[] = {"outbox-relay", BASE, NULL};
+    char *env[] = {"OUTBOX_RELAY_KAFKA_ENABLE_IDEMPOTENCE=false", NULL};
+    struct relay_config c;
+    char err[CONFIG_ERRLEN] = "";
+    CHECK_EQ_INT(config_load(&c, 5, argv, env, err, sizeof err), CONFIG_ERROR);
+    CHECK(strstr(err, "enable.idempotence=false is refused") != NULL);
+    config_free(&c);
+#undef BASE
 }
 
 static void test_dsn_error_hides_password(void)
@@ -178,6 +234,7 @@ int main(void)
     test_defaults();
     test_precedence();
     test_errors();
+    test_kafka_guard_rails();
     test_dsn_error_hides_password();
     test_topics();
     test_help_and_version();
