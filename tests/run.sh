@@ -4,10 +4,15 @@
 # under ASan/UBSan, the fuzz targets for 20 s each (tests/fuzz/run.sh), then
 # the integration tests (pytest) against a real PostgreSQL 15 with wal2json
 # and a Kafka-protocol broker, both started by the tests themselves on
-# 127.0.0.1.
+# 127.0.0.1. The integration tests run twice at once: the whole suite on
+# the release build (pytest-xdist, OUTBOX_TEST_WORKERS processes), and the
+# core, chaos, consumer and fatal-state suites on the ASan/UBSan build of
+# outbox-relay and outbox-consume, where any sanitizer report (a leak at
+# exit included) fails the test (conftest.py's no_sanitizer_findings).
 #
 #   bash tests/run.sh              # everything
-#   bash tests/run.sh -k core      # pytest selection passed through
+#   bash tests/run.sh -k core      # pytest selection passed through (both passes)
+#   OUTBOX_SKIP_ASAN_IT=1 bash tests/run.sh   # without the sanitizer pass
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,5 +31,36 @@ echo "== fuzzing the decoder and the wire parser (clang, ASan/UBSan; docs/failur
 FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tests/fuzz/run.sh
 
 echo "== benchmark smoke run (small sizes; fails on a missing event, never on timing)" && bash bench/run.sh --quick
-echo "== integration tests"
-exec /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration "$@"
+echo "== integration tests (release build, ${OUTBOX_TEST_WORKERS:=3} workers) and, alongside, the core, chaos, consumer and fatal-state suites under ASan/UBSan"
+# Tests that measure memory or time of the release build are left out of
+# the sanitizer pass (ASan's shadow memory and slowdown are what they would
+# measure); everything else in those files runs there too.
+asan_log=$(mktemp /tmp/outbox-asan-it.XXXXXX.log)
+asan_pid=
+if [ -z "${OUTBOX_SKIP_ASAN_IT:-}" ]; then
+    (
+        export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+        OUTBOX_RELAY_BUILD="$repo/build-asan" OUTBOX_TOOLS_BUILD="$repo/build" \
+            /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+            tests/integration/test_core.py tests/integration/test_chaos.py \
+            tests/integration/test_consumer.py tests/integration/test_fatal.py \
+            -k "not bounded_memory and not one_huge" "$@"
+    ) >"$asan_log" 2>&1 &
+    asan_pid=$!
+fi
+set +e
+/usr/bin/python3 -m pytest -q -p no:cacheprovider -n "$OUTBOX_TEST_WORKERS" tests/integration "$@"
+main_rc=$?
+asan_rc=0
+if [ -n "$asan_pid" ]; then
+    wait "$asan_pid"
+    asan_rc=$?
+    echo "== integration tests under ASan/UBSan (outbox-relay, outbox-consume)"
+    cat "$asan_log"
+fi
+rm -f "$asan_log"
+set -e
+# pytest's 5 is "no test collected" (a -k that matches nothing in one pass).
+[ "$asan_rc" -eq 5 ] && asan_rc=0
+[ "$main_rc" -ne 0 ] && exit "$main_rc"
+exit "$asan_rc"

@@ -35,6 +35,19 @@ def pytest_configure(config):
     signal.signal(signal.SIGTERM, on_term)
 
 
+@pytest.fixture(autouse=True)
+def no_sanitizer_findings():
+    """Fails a test whose programs reported an ASan/LSan/UBSan finding (in
+    a sanitizer build, tests/run.sh's second pass): a leak at exit or
+    undefined behaviour is a defect even when the events all arrived."""
+    first = harness.process_log_count()
+    yield
+    for log in harness.process_logs_since(first):
+        report = harness.sanitizer_findings(log)
+        if report:
+            pytest.fail("sanitizer finding in %s:\n%s" % (log, report), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def build_dir():
     return harness.build_dir()

@@ -66,6 +66,44 @@ def build_dir():
     return os.path.abspath(os.environ.get("OUTBOX_RELAY_BUILD") or os.path.join(REPO_ROOT, "build"))
 
 
+def tools_dir():
+    """Where the test tools (mock-broker, libnodelay.so) are built:
+    $OUTBOX_TOOLS_BUILD, else the build dir. A sanitizer run points
+    OUTBOX_RELAY_BUILD at the ASan build of the programs under test and
+    keeps the tools from the plain build (an LD_PRELOADed library and ASan
+    do not mix, and the broker is not what is being checked)."""
+    return os.path.abspath(os.environ.get("OUTBOX_TOOLS_BUILD") or build_dir())
+
+
+# Sanitizer findings in a program's output: ASan, LSan (leaks at exit) and
+# UBSan. Each Process's log is scanned when the test ends (conftest.py).
+SANITIZER_REPORT = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: ")
+_process_logs = []
+
+
+def process_logs_since(n):
+    """Logs of the Processes started after the first n (see process_log_count)."""
+    return _process_logs[n:]
+
+
+def process_log_count():
+    return len(_process_logs)
+
+
+def sanitizer_findings(log_path):
+    """The first sanitizer report in a log (with some lines after it), or None."""
+    try:
+        with open(log_path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    m = SANITIZER_REPORT.search(text)
+    if m is None:
+        return None
+    start = text.rfind("\n", 0, m.start()) + 1
+    return text[start:start + 4000]
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -516,7 +554,7 @@ class MockBroker:
     """build/mock-broker as a subprocess: .bootstrap and .cmd(line)."""
 
     def __init__(self, log_dir, brokers=1, partitions=4, binary=None):
-        binary = binary or os.path.join(build_dir(), "mock-broker")
+        binary = binary or os.path.join(tools_dir(), "mock-broker")
         if not os.access(binary, os.X_OK):
             raise FileNotFoundError("%s not built (cmake --build build --target mock-broker)" % binary)
         self.logfile = os.path.join(log_dir, "mock-broker-%s.log" % uuid.uuid4().hex[:6])
@@ -525,7 +563,7 @@ class MockBroker:
         # (tests/tools/nodelay_preload.c): without it a pipelined response
         # waits up to 40 ms for the client's delayed ACK, and read-backs of
         # big topics fall behind the mock's 5 MiB per-partition log.
-        preload = os.path.join(build_dir(), "libnodelay.so")
+        preload = os.path.join(tools_dir(), "libnodelay.so")
         if not os.access(preload, os.R_OK):
             raise FileNotFoundError("%s not built (cmake --build build --target nodelay)" % preload)
         env = dict(os.environ, LD_PRELOAD=preload)
@@ -603,6 +641,7 @@ class Process:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_RELAY_")}
         full_env.update(env or {})
         self._log = open(log_path, "wb")
+        _process_logs.append(log_path)
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
                                      preexec_fn=_die_with_parent)

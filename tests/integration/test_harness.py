@@ -189,3 +189,26 @@ def test_process_helper(tmp_path):
     with pytest.raises(AssertionError, match="exited"):
         p3.wait_for_log("never", timeout=10)
     assert p3.wait_exit(5) == 3
+
+
+def test_sanitizer_findings_are_seen(tmp_path):
+    """The sanitizer pass (tests/run.sh) relies on harness.sanitizer_findings
+    spotting a report in a program's log: prove it on a real ASan binary
+    that leaks and one that does not."""
+    src = tmp_path / "leak.c"
+    src.write_text("#include <stdlib.h>\n#include <string.h>\n"
+                   "int main(int argc, char **argv) {\n"
+                   "  char *p = malloc(64); strcpy(p, \"kept\");\n"
+                   "  if (argc > 1) free(p); else p = 0;\n  return 0; }\n")
+    exe = tmp_path / "leak"
+    import subprocess
+    subprocess.run(["cc", "-fsanitize=address", "-g", "-o", str(exe), str(src)], check=True)
+    env = {"ASAN_OPTIONS": "detect_leaks=1"}
+    leaky = harness.Process([str(exe)], str(tmp_path / "leaky.log"), env=env)
+    clean = harness.Process([str(exe), "free"], str(tmp_path / "clean.log"), env=env)
+    assert leaky.wait_exit(30) != 0 and clean.wait_exit(30) == 0
+    report = harness.sanitizer_findings(leaky.log_path)
+    assert report and "LeakSanitizer" in report, leaky.log_text()
+    assert harness.sanitizer_findings(clean.log_path) is None
+    # Undo the autouse check for this test's deliberate leak.
+    harness._process_logs.remove(leaky.log_path)

@@ -21,7 +21,7 @@ packages=(
     postgresql-15 postgresql-15-wal2json postgresql-client-15
     kcat procps openssl
     clang libclang-rt-14-dev
-    python3 python3-pytest python3-psycopg2 python3-confluent-kafka python3-yaml
+    python3 python3-pytest python3-pytest-xdist python3-psycopg2 python3-confluent-kafka python3-yaml
 )
 
 if [ -z "${OUTBOX_SKIP_APT:-}" ]; then
