@@ -22,7 +22,7 @@
 #define BACKFILL_FETCH 1000
 #define BACKFILL_ERRLEN 1024
 #define PROGRESS_EVERY 1.0 /* s between writes of backfill_done_id */
-#define ID_MAX 64          /* longest id text a checkpoint can hold */
+#define ID_MAX BACKFILL_ID_MAX
 #define APP_NAME "outbox-relay-backfill"
 
 struct backfill {
@@ -42,17 +42,6 @@ struct marker {
     bool has_max, has_done;
     char max_id[ID_MAX], done_id[ID_MAX];
     unsigned long long rows;
-};
-
-/* A FIFO of checkpoints: after row n of this run, every row up to id has
- * been emitted. */
-struct ckpt {
-    uint64_t n;
-    char id[ID_MAX];
-};
-struct ckpts {
-    struct ckpt *v;
-    size_t head, tail, cap;
 };
 
 static double mono_now(void)
@@ -121,6 +110,11 @@ static void close_conn(struct backfill *b)
     PQfinish(b->conn);
     b->conn = NULL;
     b->locked = false;
+}
+
+void backfill_close(struct backfill *b)
+{
+    close_conn(b);
 }
 
 void backfill_free(struct backfill *b)
@@ -322,10 +316,10 @@ int backfill_abandon(struct backfill *b)
 
 /* --- checkpoints ------------------------------------------------------- */
 
-static int ckpt_push(struct ckpts *q, uint64_t n, const char *id)
+void backfill_progress_note(struct backfill_progress *q, uint64_t n, const char *id)
 {
     if (strlen(id) >= ID_MAX)
-        return 0; /* too long to record: a later checkpoint covers it */
+        return; /* too long to record: a later checkpoint covers it */
     if (q->head == q->tail)
         q->head = q->tail = 0;
     if (q->tail == q->cap) {
@@ -335,9 +329,9 @@ static int ckpt_push(struct ckpts *q, uint64_t n, const char *id)
             q->head = 0;
         } else {
             size_t cap = q->cap ? q->cap * 2 : 64;
-            struct ckpt *v = realloc(q->v, cap * sizeof *v);
+            struct backfill_ckpt *v = realloc(q->v, cap * sizeof *v);
             if (v == NULL)
-                return 0; /* no checkpoint: progress is only saved later */
+                return; /* no checkpoint: progress is only saved later */
             q->v = v;
             q->cap = cap;
         }
@@ -345,12 +339,9 @@ static int ckpt_push(struct ckpts *q, uint64_t n, const char *id)
     q->v[q->tail].n = n;
     snprintf(q->v[q->tail].id, ID_MAX, "%s", id);
     q->tail++;
-    return 0;
 }
 
-/* Pops every checkpoint whose rows are acknowledged; the newest popped id
- * into done (returns true when there was one). */
-static bool ckpt_pop_acked(struct ckpts *q, uint64_t acked, char *done)
+bool backfill_progress_done(struct backfill_progress *q, uint64_t acked, char *done)
 {
     bool any = false;
     while (q->head < q->tail && q->v[q->head].n <= acked) {
@@ -359,6 +350,12 @@ static bool ckpt_pop_acked(struct ckpts *q, uint64_t acked, char *done)
         any = true;
     }
     return any;
+}
+
+void backfill_progress_free(struct backfill_progress *q)
+{
+    free(q->v);
+    memset(q, 0, sizeof *q);
 }
 
 /* Writes backfill_done_id. Never waits long for the row: when someone holds
@@ -467,7 +464,7 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
     PGconn *conn = NULL;
     PGresult *res = NULL;
     char *qschema = NULL, *qtable = NULL, *lit = NULL;
-    struct ckpts q = {0};
+    struct backfill_progress q = {0};
     struct marker m;
     char sql[1024], err[512], done_id[ID_MAX] = "";
     uint64_t n = 0;
@@ -525,8 +522,9 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
     /* The first run, or a resume that does not know the bound yet: the
      * largest pending id now visible bounds the backlog (see backfill.h). */
     if (snapshot != NULL || m.state == BACKFILL_CREATING) {
-        snprintf(sql, sizeof sql, "SELECT o.id::text FROM %s.%s o WHERE %s ORDER BY o.id DESC LIMIT 1",
-                 qschema, qtable, pending);
+        snprintf(sql, sizeof sql,
+                 "SELECT o.id::text FROM %s.%s o WHERE %s ORDER BY o.id DESC LIMIT 1", qschema,
+                 qtable, pending);
         if ((res = data_exec(b, conn, PGRES_TUPLES_OK, &rc, "finding the backlog's bound", sql,
                              0, NULL)) == NULL)
             goto done;
@@ -586,10 +584,10 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
             n++;
         }
         if (got > 0)
-            ckpt_push(&q, n, PQgetvalue(res, got - 1, 0));
+            backfill_progress_note(&q, n, PQgetvalue(res, got - 1, 0));
         PQclear(res);
         res = NULL;
-        if (ckpt_pop_acked(&q, sink->acked(sink->ctx), done_id) &&
+        if (backfill_progress_done(&q, sink->acked(sink->ctx), done_id) &&
             mono_now() - last_write >= PROGRESS_EVERY) {
             uint64_t acked = sink->acked(sink->ctx);
             if ((rc = write_progress(b, done_id, m.rows + acked)) != BACKFILL_OK)
@@ -609,7 +607,7 @@ finish:
                       (unsigned long long) n);
             goto done;
         }
-        if (ckpt_pop_acked(&q, sink->acked(sink->ctx), done_id) &&
+        if (backfill_progress_done(&q, sink->acked(sink->ctx), done_id) &&
             mono_now() - last_write >= PROGRESS_EVERY) {
             if ((rc = write_progress(b, done_id, m.rows + sink->acked(sink->ctx))) !=
                 BACKFILL_OK)
@@ -637,7 +635,7 @@ finish:
     rc = BACKFILL_OK;
 done:
     PQclear(res);
-    free(q.v);
+    backfill_progress_free(&q);
     PQfreemem(qschema);
     PQfreemem(qtable);
     PQfreemem(lit);

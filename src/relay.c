@@ -803,6 +803,7 @@ int relay_run(struct relay *r)
         log_info("slot=%s lsn=" LSN_FMT ": streaming %s.%s to Kafka (walsender pid %d)",
                  cfg->slot, LSN_ARGS(tracker_confirmed(r->tracker)), cfg->table_schema,
                  cfg->table_name, stream_backend_pid(r->stream));
+        backfill_close(r->backfill); /* streaming: no lock left to wait for */
         streamed = true;
         waiting_logged = false;
         backoff = 0.5;

@@ -98,6 +98,35 @@ struct backfill_sink {
     void *ctx;
 };
 
+/* A run's progress, pure: after each fetched batch, note (n, id): rows 1..n
+ * of the run have been emitted, the n-th with the batch's last id. Given
+ * how many rows are acknowledged in order (every row 1..acked),
+ * backfill_progress_done yields the newest noted id all of whose rows are
+ * acknowledged: every row of the run with an id up to it was delivered,
+ * because rows are emitted in id order. Checkpoints are dropped once
+ * passed. */
+#define BACKFILL_ID_MAX 64 /* longest id text a checkpoint holds */
+struct backfill_ckpt {
+    uint64_t n;
+    char id[BACKFILL_ID_MAX];
+};
+struct backfill_progress {
+    struct backfill_ckpt *v;
+    size_t head, tail, cap;
+};
+
+/* Notes a checkpoint. An id too long to hold, or no memory, skips it (a
+ * later one covers its rows): progress is only recorded later, never
+ * wrongly. */
+void backfill_progress_note(struct backfill_progress *p, uint64_t n, const char *id);
+
+/* Pops every checkpoint with n <= acked; copies the newest popped id into
+ * done_id (capacity BACKFILL_ID_MAX) and returns true, or false when none
+ * was passed. */
+bool backfill_progress_done(struct backfill_progress *p, uint64_t acked, char *done_id);
+
+void backfill_progress_free(struct backfill_progress *p);
+
 struct backfill;
 
 /* Copies opts. No connection yet. NULL on allocation failure. */
@@ -114,6 +143,10 @@ int backfill_lock(struct backfill *b);
 void backfill_unlock(struct backfill *b);
 
 bool backfill_locked(const struct backfill *b);
+
+/* Closes the lock connection (releasing the lock if held), e.g. once the
+ * slot streams and no backfill is left to wait for. */
+void backfill_close(struct backfill *b);
 
 /* The slot's marker, read on the lock connection. BACKFILL_FATAL when the
  * table or its backfill columns are missing (sql/003_relay_role.sql not
