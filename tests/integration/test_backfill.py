@@ -7,9 +7,10 @@ flags: every pending row must reach Kafka at least once, no dispatched row is
 sent, every streamed event arrives, and per aggregate the first arrivals are
 in commit order (the backfilled rows before the streamed ones).
 
-  test_sigkill_during_backfill_then_restart[early|middle]
+  test_sigkill_during_backfill_then_restart[early|middle|...]
       SIGKILL soon after the backfill started / half way; restart with the
-      same flags: the backfill is resumed before anything is streamed
+      same flags (or without --backfill): the backfill is resumed before
+      anything is streamed
   test_sigkill_before_the_marker_clears
       every row delivered, the relayer blocked on clearing the durable
       marker (a test transaction holds the row), SIGKILL: the restart
@@ -20,6 +21,13 @@ in commit order (the backfilled rows before the streamed ones).
       resumes its work
   test_complete_backfill_is_not_redone
       a restart after a finished backfill streams and backfills nothing
+  test_crash_between_slot_and_bound_is_resumed
+      the marker says 'creating' but the slot exists (a crash right after
+      CREATE_REPLICATION_SLOT): resumed with the bound taken now, also by a
+      relayer without --backfill
+  test_backfill_needs_the_marker_columns
+      without the backfill_* columns (003 not loaded again) --backfill
+      refuses to start instead of backfilling without a record
 
 The broker's response delay (rtt) slows the backfill down so that a kill
 lands inside it; the relayer runs with its defaults.
@@ -178,7 +186,7 @@ def marker(pg, slot="outbox_relay"):
     return rows[0][0] if rows else None
 
 
-@pytest.mark.parametrize("point", ["early", "middle"])
+@pytest.mark.parametrize("point", ["early", "middle", "middle-restart-without-flag"])
 def test_sigkill_during_backfill_then_restart(pg, broker, kafka, relayer, point):
     pending = seed(pg)
     args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--backfill", "pending"]
@@ -191,7 +199,8 @@ def test_sigkill_during_backfill_then_restart(pg, broker, kafka, relayer, point)
     assert pg.slot_info() is not None
     broker.cmd("rtt -1 0")
 
-    p = relayer(*args)
+    # The marker, not the flag, says a backfill is unfinished.
+    p = relayer(*(args if point != "middle-restart-without-flag" else args[:-2]))
     p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
     time.sleep(2)
     streamed = prod.stop()
@@ -280,4 +289,32 @@ def test_complete_backfill_is_not_redone(pg, broker, kafka, relayer):
     assert len(msgs) == len(pending) + 1, "the finished backfill was done again"
     assert "backfill: publishing" not in p.log_text()
     assert "backfill: resuming" not in p.log_text()
+    assert p.terminate() == 0
+
+
+def test_backfill_needs_the_marker_columns(pg, broker, relayer):
+    pg.query("ALTER TABLE public.outbox_relay_slots DROP COLUMN backfill_state, "
+             "DROP COLUMN backfill_max_id, DROP COLUMN backfill_done_id, "
+             "DROP COLUMN backfill_rows, DROP COLUMN backfill_updated_at")
+    p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--backfill", "pending")
+    assert p.wait_exit(30) == 1
+    assert "sql/003_relay_role.sql" in p.log_text()
+    assert pg.slot_info() is None
+
+
+def test_crash_between_slot_and_bound_is_resumed(pg, broker, kafka, relayer):
+    pending = seed(pg)
+    pg.create_slot()
+    pg.query("INSERT INTO public.outbox_relay_slots (slot_name, created_lsn, backfill_state) "
+             "VALUES ('outbox_relay', '0/0', 'creating')")
+    prod = Producers(pg).start()
+    time.sleep(1)
+    p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap)
+    p.wait_for_log(r"backfill: resuming", timeout=60)
+    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
+    time.sleep(2)
+    streamed = prod.stop()
+    assert marker(pg)["backfill_state"] == "done"
+    msgs = collect(kafka, pending | set(streamed))
+    check(msgs, pending, DISPATCHED, streamed)
     assert p.terminate() == 0
