@@ -58,6 +58,7 @@ struct relay {
     struct tracker *bf_tracker;   /* acks of backfilled rows: row n of a run
                                      is "LSN" bf_base + n */
     uint64_t bf_base;
+    bool bf_at_creation; /* the slot was created with a finished backfill */
     struct w2j_record *rec;
     struct w2j_scratch scratch;
     struct relay_stats stats;
@@ -282,6 +283,7 @@ static int on_slot_created(void *ctx, const char *snapshot, lsn_t consistent, bo
              "slot's consistent point " LSN_FMT " (snapshot %s)", r->cfg->slot,
              LSN_ARGS(consistent), snapshot);
     int rc = run_backfill(r, snapshot, consistent);
+    r->bf_at_creation = rc == BACKFILL_OK;
     if (rc == BACKFILL_OK)
         return STREAM_OK;
     snprintf(err, errlen, "%s", backfill_errstr(r->backfill));
@@ -788,7 +790,7 @@ int relay_run(struct relay *r)
             continue;
         }
 
-        if (created && cfg->backfill_pending)
+        if (created && r->bf_at_creation)
             log_info("created replication slot %s with wal2json at " LSN_FMT " after "
                      "backfilling the rows committed before it", cfg->slot,
                      LSN_ARGS(slot_confirmed));
