@@ -30,3 +30,18 @@ CREATE TABLE IF NOT EXISTS public.outbox_relay_slots (
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 GRANT SELECT, INSERT, UPDATE ON public.outbox_relay_slots TO outbox_relay;
+
+-- The backfill marker (--backfill pending, see docs/migration.md): written
+-- before the slot is created and set to 'done' only once every backfilled
+-- row is acknowledged by Kafka. A slot whose backfill_state is 'creating' or
+-- 'running' is never streamed: the next start resumes the backfill first,
+-- and the reaper deletes nothing meanwhile.
+--   backfill_max_id   largest pending id in the slot's snapshot (NULL: none)
+--   backfill_done_id  every backfilled row up to this id is acknowledged
+ALTER TABLE public.outbox_relay_slots
+    ADD COLUMN IF NOT EXISTS backfill_state      TEXT
+        CHECK (backfill_state IN ('creating', 'running', 'done')),
+    ADD COLUMN IF NOT EXISTS backfill_max_id     TEXT,
+    ADD COLUMN IF NOT EXISTS backfill_done_id    TEXT,
+    ADD COLUMN IF NOT EXISTS backfill_rows       BIGINT,
+    ADD COLUMN IF NOT EXISTS backfill_updated_at TIMESTAMPTZ;

@@ -1,28 +1,405 @@
 /*
- * backfill.c — publish the rows a polling relayer left undispatched (see
- * backfill.h). The rows are read through a cursor in batches so a large
- * backlog never sits in memory at once.
+ * backfill.c — publish the rows a polling relayer left undispatched, under
+ * a durable marker and a lock (see backfill.h for the rule and why it
+ * leaves no gap). The rows are read through a cursor in batches so a large
+ * backlog never sits in memory at once; after each batch the last id is
+ * queued as a checkpoint, and a checkpoint whose rows are all acknowledged
+ * becomes backfill_done_id (written at most once a second, skipped while
+ * someone holds the marker row).
  */
 #include "outbox_relay/backfill.h"
 
 #include <libpq-fe.h>
-#include <stdbool.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "outbox_relay/log.h"
+#include "outbox_relay/pgconn.h"
 
 #define BACKFILL_FETCH 1000
+#define BACKFILL_ERRLEN 1024
+#define PROGRESS_EVERY 1.0 /* s between writes of backfill_done_id */
+#define ID_MAX BACKFILL_ID_MAX
+#define APP_NAME "outbox-relay-backfill"
 
-static bool exec_ok(PGconn *conn, const char *sql, ExecStatusType want, char *err,
-                    size_t errlen, const char *what)
+struct backfill {
+    char *dsn;
+    char *slot;
+    char *table_schema;
+    char *table_name;
+    PGconn *conn; /* the lock and the marker; autocommit */
+    bool locked;
+    bool schema_ok; /* the backfill columns exist */
+    char errstr[BACKFILL_ERRLEN];
+};
+
+/* What the marker row says. */
+struct marker {
+    enum backfill_state state;
+    bool has_max, has_done;
+    char max_id[ID_MAX], done_id[ID_MAX];
+    unsigned long long rows;
+};
+
+static double mono_now(void)
 {
-    PGresult *res = PQexec(conn, sql);
-    bool ok = PQresultStatus(res) == want;
-    if (!ok)
-        snprintf(err, errlen, "backfill: %s failed: %s", what, PQerrorMessage(conn));
-    PQclear(res);
-    return ok;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
+
+int backfill_parse_state(const char *s, enum backfill_state *out)
+{
+    if (s == NULL || *s == '\0')
+        *out = BACKFILL_NONE;
+    else if (strcmp(s, "creating") == 0)
+        *out = BACKFILL_CREATING;
+    else if (strcmp(s, "running") == 0)
+        *out = BACKFILL_RUNNING;
+    else if (strcmp(s, "done") == 0)
+        *out = BACKFILL_DONE;
+    else
+        return -1;
+    return 0;
+}
+
+static int fail(struct backfill *b, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct backfill *b, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errstr, sizeof b->errstr, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(b->errstr);
+    while (n > 0 && (b->errstr[n - 1] == '\n' || b->errstr[n - 1] == ' '))
+        b->errstr[--n] = '\0';
+    for (char *p = b->errstr; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    return rc;
+}
+
+const char *backfill_errstr(const struct backfill *b)
+{
+    return b->errstr;
+}
+
+struct backfill *backfill_new(const struct backfill_options *o)
+{
+    struct backfill *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
+    b->dsn = strdup(o->dsn ? o->dsn : "");
+    b->slot = strdup(o->slot ? o->slot : "");
+    b->table_schema = strdup(o->table_schema ? o->table_schema : "");
+    b->table_name = strdup(o->table_name ? o->table_name : "");
+    if (!b->dsn || !b->slot || !b->table_schema || !b->table_name) {
+        backfill_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static void close_conn(struct backfill *b)
+{
+    PQfinish(b->conn);
+    b->conn = NULL;
+    b->locked = false;
+}
+
+void backfill_close(struct backfill *b)
+{
+    close_conn(b);
+}
+
+void backfill_free(struct backfill *b)
+{
+    if (b == NULL)
+        return;
+    close_conn(b);
+    free(b->dsn);
+    free(b->slot);
+    free(b->table_schema);
+    free(b->table_name);
+    free(b);
+}
+
+bool backfill_locked(const struct backfill *b)
+{
+    return b->locked && b->conn != NULL && PQstatus(b->conn) == CONNECTION_OK;
+}
+
+/* Runs sql with the slot name as $1 (and more text parameters) on the lock
+ * connection. Returns the result when its status is `want`, else NULL with
+ * errstr set and *rc RETRY (connection lost) or FATAL. */
+static PGresult *run(struct backfill *b, ExecStatusType want, int *rc, const char *what,
+                     const char *sql, int nparams, const char *const *params)
+{
+    PGresult *res = PQexecParams(b->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) == want)
+        return res;
+    bool lost = PQstatus(b->conn) != CONNECTION_OK;
+    *rc = lost ? BACKFILL_RETRY : BACKFILL_FATAL;
+    fail(b, *rc, "slot=%s: backfill: %s failed: %s", b->slot, what,
+         lost ? "connection lost" : PQerrorMessage(b->conn));
+    PQclear(res);
+    if (lost)
+        close_conn(b);
+    return NULL;
+}
+
+int backfill_lock(struct backfill *b)
+{
+    if (backfill_locked(b))
+        return BACKFILL_OK;
+    if (b->conn == NULL || PQstatus(b->conn) != CONNECTION_OK) {
+        close_conn(b);
+        char err[512];
+        b->conn = pgconn_open(b->dsn, APP_NAME, err, sizeof err);
+        if (b->conn == NULL)
+            return fail(b, BACKFILL_RETRY, "slot=%s: backfill: cannot connect to PostgreSQL: %s",
+                        b->slot, err);
+    }
+    const char *p[] = {b->slot};
+    int rc = BACKFILL_OK;
+    PGresult *res = run(b, PGRES_TUPLES_OK, &rc, "taking the backfill lock",
+                        "SELECT pg_try_advisory_lock(1868722790, hashtext($1))", 1, p);
+    if (res == NULL)
+        return rc;
+    b->locked = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!b->locked)
+        return fail(b, BACKFILL_BUSY, "slot=%s: another relayer is backfilling it; waiting as "
+                    "a standby", b->slot);
+    return BACKFILL_OK;
+}
+
+void backfill_unlock(struct backfill *b)
+{
+    if (!b->locked)
+        return;
+    b->locked = false;
+    if (b->conn == NULL || PQstatus(b->conn) != CONNECTION_OK) {
+        close_conn(b);
+        return;
+    }
+    const char *p[] = {b->slot};
+    PGresult *res = PQexecParams(b->conn, "SELECT pg_advisory_unlock(1868722790, hashtext($1))",
+                                 1, NULL, p, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        close_conn(b); /* closing releases it for sure */
+    PQclear(res);
+}
+
+/* The marker columns must exist: without them nothing durable can be
+ * written, and a crash would lose the rest of the backlog. */
+static int check_schema(struct backfill *b)
+{
+    if (b->schema_ok)
+        return BACKFILL_OK;
+    int rc = BACKFILL_OK;
+    PGresult *res = run(b, PGRES_TUPLES_OK, &rc, "looking up public.outbox_relay_slots",
+                        "SELECT count(*) FROM pg_attribute "
+                        "WHERE attrelid = to_regclass('public.outbox_relay_slots') AND NOT "
+                        "attisdropped AND attname IN ('backfill_state', 'backfill_max_id', "
+                        "'backfill_done_id', 'backfill_rows', 'backfill_updated_at')",
+                        0, NULL);
+    if (res == NULL)
+        return rc;
+    b->schema_ok = strcmp(PQgetvalue(res, 0, 0), "5") == 0;
+    PQclear(res);
+    if (!b->schema_ok)
+        return fail(b, BACKFILL_FATAL,
+                    "slot=%s: --backfill needs public.outbox_relay_slots with its backfill_* "
+                    "columns, where the progress is recorded so that a crash cannot lose the "
+                    "rest of the backlog: load sql/003_relay_role.sql (again)", b->slot);
+    return BACKFILL_OK;
+}
+
+static void copy_id(char *dst, const char *src, bool *has)
+{
+    *has = src != NULL && strlen(src) < ID_MAX;
+    snprintf(dst, ID_MAX, "%s", *has ? src : "");
+}
+
+static int read_marker(struct backfill *b, struct marker *m)
+{
+    memset(m, 0, sizeof *m);
+    int rc = check_schema(b);
+    if (rc != BACKFILL_OK)
+        return rc;
+    const char *p[] = {b->slot};
+    PGresult *res = run(b, PGRES_TUPLES_OK, &rc, "reading the backfill marker",
+                        "SELECT backfill_state, backfill_max_id, backfill_done_id, "
+                        "coalesce(backfill_rows, 0) FROM public.outbox_relay_slots "
+                        "WHERE slot_name = $1",
+                        1, p);
+    if (res == NULL)
+        return rc;
+    if (PQntuples(res) == 1) {
+        const char *st = PQgetisnull(res, 0, 0) ? NULL : PQgetvalue(res, 0, 0);
+        if (backfill_parse_state(st, &m->state) < 0) {
+            fail(b, BACKFILL_FATAL, "slot=%s: unknown backfill_state '%s' in "
+                 "public.outbox_relay_slots", b->slot, st);
+            PQclear(res);
+            return BACKFILL_FATAL;
+        }
+        if (!PQgetisnull(res, 0, 1))
+            copy_id(m->max_id, PQgetvalue(res, 0, 1), &m->has_max);
+        if (!PQgetisnull(res, 0, 2))
+            copy_id(m->done_id, PQgetvalue(res, 0, 2), &m->has_done);
+        m->rows = strtoull(PQgetvalue(res, 0, 3), NULL, 10);
+    }
+    PQclear(res);
+    return BACKFILL_OK;
+}
+
+int backfill_read_state(struct backfill *b, enum backfill_state *st)
+{
+    struct marker m;
+    int rc = read_marker(b, &m);
+    *st = m.state;
+    return rc;
+}
+
+int backfill_begin(struct backfill *b)
+{
+    if (!backfill_locked(b))
+        return fail(b, BACKFILL_RETRY, "slot=%s: backfill: the lock was lost", b->slot);
+    int rc = check_schema(b);
+    if (rc != BACKFILL_OK)
+        return rc;
+    const char *p[] = {b->slot};
+    PGresult *res = run(b, PGRES_TUPLES_OK, &rc, "looking up the slot",
+                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", 1, p);
+    if (res == NULL)
+        return rc;
+    bool exists = PQntuples(res) > 0;
+    PQclear(res);
+    if (exists)
+        return fail(b, BACKFILL_BUSY, "slot=%s was created meanwhile by another process; "
+                    "waiting", b->slot);
+    res = run(b, PGRES_COMMAND_OK, &rc, "writing the backfill marker",
+              "INSERT INTO public.outbox_relay_slots (slot_name, created_lsn, backfill_state, "
+              "backfill_rows, backfill_updated_at) VALUES ($1, '0/0', 'creating', 0, now()) "
+              "ON CONFLICT (slot_name) DO UPDATE SET backfill_state = 'creating', "
+              "backfill_max_id = NULL, backfill_done_id = NULL, backfill_rows = 0, "
+              "backfill_updated_at = now()",
+              1, p);
+    if (res == NULL)
+        return rc;
+    PQclear(res);
+    return BACKFILL_OK;
+}
+
+int backfill_abandon(struct backfill *b)
+{
+    if (!backfill_locked(b))
+        return fail(b, BACKFILL_RETRY, "slot=%s: backfill: the lock was lost", b->slot);
+    const char *p[] = {b->slot};
+    int rc = BACKFILL_OK;
+    PGresult *res = run(b, PGRES_COMMAND_OK, &rc, "resetting the backfill marker",
+                        "UPDATE public.outbox_relay_slots SET backfill_state = 'creating', "
+                        "backfill_max_id = NULL, backfill_done_id = NULL, backfill_rows = 0, "
+                        "backfill_updated_at = now() WHERE slot_name = $1",
+                        1, p);
+    if (res == NULL)
+        return rc;
+    PQclear(res);
+    return BACKFILL_OK;
+}
+
+/* --- checkpoints ------------------------------------------------------- */
+
+void backfill_progress_note(struct backfill_progress *q, uint64_t n, const char *id)
+{
+    if (strlen(id) >= ID_MAX)
+        return; /* too long to record: a later checkpoint covers it */
+    if (q->head == q->tail)
+        q->head = q->tail = 0;
+    if (q->tail == q->cap) {
+        if (q->head > 0) {
+            memmove(q->v, q->v + q->head, (q->tail - q->head) * sizeof *q->v);
+            q->tail -= q->head;
+            q->head = 0;
+        } else {
+            size_t cap = q->cap ? q->cap * 2 : 64;
+            struct backfill_ckpt *v = realloc(q->v, cap * sizeof *v);
+            if (v == NULL)
+                return; /* no checkpoint: progress is only saved later */
+            q->v = v;
+            q->cap = cap;
+        }
+    }
+    q->v[q->tail].n = n;
+    snprintf(q->v[q->tail].id, ID_MAX, "%s", id);
+    q->tail++;
+}
+
+bool backfill_progress_done(struct backfill_progress *q, uint64_t acked, char *done)
+{
+    bool any = false;
+    while (q->head < q->tail && q->v[q->head].n <= acked) {
+        snprintf(done, ID_MAX, "%s", q->v[q->head].id);
+        q->head++;
+        any = true;
+    }
+    return any;
+}
+
+void backfill_progress_free(struct backfill_progress *q)
+{
+    free(q->v);
+    memset(q, 0, sizeof *q);
+}
+
+/* Writes backfill_done_id. Never waits long for the row: when someone holds
+ * it (the reaper checking it, an operator), this write is skipped and a
+ * later one carries the progress. Returns 0, or RETRY when the lock
+ * connection is gone (and with it the lock). */
+static int write_progress(struct backfill *b, const char *done_id, unsigned long long rows)
+{
+    char *lid = PQescapeLiteral(b->conn, done_id, strlen(done_id));
+    char *lslot = PQescapeLiteral(b->conn, b->slot, strlen(b->slot));
+    char sql[1024];
+    int rc = BACKFILL_OK;
+    if (lid == NULL || lslot == NULL) {
+        rc = fail(b, BACKFILL_RETRY, "slot=%s: backfill: cannot quote the progress", b->slot);
+        goto done;
+    }
+    snprintf(sql, sizeof sql,
+             "BEGIN; SET LOCAL lock_timeout = '200ms'; UPDATE public.outbox_relay_slots SET "
+             "backfill_done_id = %s, backfill_rows = %llu, backfill_updated_at = now() "
+             "WHERE slot_name = %s AND backfill_state = 'running'; COMMIT",
+             lid, rows, lslot);
+    PGresult *res = PQexec(b->conn, sql);
+    bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    bool lock_timeout = state != NULL && strcmp(state, "55P03") == 0;
+    if (!ok && PQstatus(b->conn) == CONNECTION_OK && !lock_timeout)
+        log_warn("slot=%s: backfill: cannot record the progress (%s)", b->slot,
+                 PQresultErrorMessage(res));
+    PQclear(res);
+    if (PQstatus(b->conn) == CONNECTION_OK && PQtransactionStatus(b->conn) != PQTRANS_IDLE)
+        PQclear(PQexec(b->conn, "ROLLBACK"));
+    if (PQstatus(b->conn) != CONNECTION_OK) {
+        close_conn(b);
+        rc = fail(b, BACKFILL_RETRY, "slot=%s: backfill: lost the connection that holds the "
+                  "backfill lock (at id %s); stopping, the next attempt resumes", b->slot,
+                  done_id);
+    }
+done:
+    PQfreemem(lid);
+    PQfreemem(lslot);
+    return rc;
+}
+
+/* --- the run ----------------------------------------------------------- */
 
 /* Fills ev from one row (id, aggregate_id, type, payload, created_at). */
 static int row_event(PGresult *res, int row, struct outbox_event *ev)
@@ -44,98 +421,226 @@ static int row_event(PGresult *res, int row, struct outbox_event *ev)
     return ev->type != NULL && ev->type_len > 0 ? 0 : -1;
 }
 
-int backfill_run(const char *dsn, const char *snapshot, const char *schema, const char *table,
-                 backfill_emit_fn emit, void *ctx, uint64_t *rows, char *err, size_t errlen)
+/* A statement on the data connection that must succeed. */
+static PGresult *data_exec(struct backfill *b, PGconn *conn, ExecStatusType want, int *rc,
+                           const char *what, const char *sql, int nparams,
+                           const char *const *params)
 {
-    const char *keys[] = {"fallback_application_name", "dbname", NULL};
-    const char *vals[] = {"outbox-relay-backfill", dsn, NULL};
-    char *snap = NULL, *qschema = NULL, *qtable = NULL, *lit = NULL;
-    char sql[1024];
-    int rc = -1;
+    PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) == want)
+        return res;
+    *rc = PQstatus(conn) == CONNECTION_OK ? BACKFILL_FATAL : BACKFILL_RETRY;
+    fail(b, *rc, "slot=%s: backfill: %s failed: %s", b->slot, what, PQerrorMessage(conn));
+    PQclear(res);
+    return NULL;
+}
+
+/* Records the bound of the backlog: state 'running'. */
+static int write_running(struct backfill *b, const struct marker *m, lsn_t consistent)
+{
+    char lsn[32];
+    snprintf(lsn, sizeof lsn, LSN_FMT, LSN_ARGS(consistent));
+    const char *p[] = {b->slot, m->has_max ? m->max_id : NULL, consistent ? lsn : NULL};
+    int rc = BACKFILL_OK;
+    PGresult *res = run(b, PGRES_COMMAND_OK, &rc, "recording the backlog's bound",
+                        "UPDATE public.outbox_relay_slots SET backfill_state = 'running', "
+                        "backfill_max_id = $2, backfill_done_id = NULL, backfill_rows = 0, "
+                        "created_lsn = coalesce($3::pg_lsn, created_lsn), "
+                        "backfill_updated_at = now() WHERE slot_name = $1",
+                        3, p);
+    if (res == NULL)
+        return rc;
+    bool one = strcmp(PQcmdTuples(res), "1") == 0;
+    PQclear(res);
+    if (!one)
+        return fail(b, BACKFILL_FATAL, "slot=%s: backfill: its marker row in "
+                    "public.outbox_relay_slots disappeared", b->slot);
+    return BACKFILL_OK;
+}
+
+int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
+                 const struct backfill_sink *sink, uint64_t *rows)
+{
+    PGconn *conn = NULL;
+    PGresult *res = NULL;
+    char *qschema = NULL, *qtable = NULL, *lit = NULL;
+    struct backfill_progress q = {0};
+    struct marker m;
+    char sql[1024], err[512], done_id[ID_MAX] = "";
+    uint64_t n = 0;
+    double last_write = 0;
+    int rc = BACKFILL_OK;
     *rows = 0;
 
-    PGconn *conn = PQconnectdbParams(keys, vals, 1);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        snprintf(err, errlen, "backfill: cannot connect to PostgreSQL: %s", PQerrorMessage(conn));
+    if (!backfill_locked(b)) {
+        rc = fail(b, BACKFILL_RETRY, "slot=%s: backfill: the lock was lost", b->slot);
         goto done;
     }
-    snap = PQescapeLiteral(conn, snapshot, strlen(snapshot));
-    qschema = PQescapeIdentifier(conn, schema, strlen(schema));
-    qtable = PQescapeIdentifier(conn, table, strlen(table));
-    if (snap == NULL || qschema == NULL || qtable == NULL) {
-        snprintf(err, errlen, "backfill: cannot quote names: %s", PQerrorMessage(conn));
+    if ((rc = read_marker(b, &m)) != BACKFILL_OK)
+        goto done;
+    if (snapshot == NULL && m.state != BACKFILL_CREATING && m.state != BACKFILL_RUNNING)
+        goto done; /* finished meanwhile */
+
+    conn = pgconn_open(b->dsn, APP_NAME, err, sizeof err);
+    if (conn == NULL) {
+        rc = fail(b, BACKFILL_RETRY, "slot=%s: backfill: cannot connect to PostgreSQL: %s",
+                  b->slot, err);
         goto done;
     }
-    if (!exec_ok(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK, err,
-                 errlen, "BEGIN"))
+    qschema = PQescapeIdentifier(conn, b->table_schema, strlen(b->table_schema));
+    qtable = PQescapeIdentifier(conn, b->table_name, strlen(b->table_name));
+    if (qschema == NULL || qtable == NULL) {
+        rc = fail(b, BACKFILL_RETRY, "slot=%s: backfill: cannot quote names: %s", b->slot,
+                  PQerrorMessage(conn));
         goto done;
-    snprintf(sql, sizeof sql, "SET TRANSACTION SNAPSHOT %s", snap);
-    if (!exec_ok(conn, sql, PGRES_COMMAND_OK, err, errlen, "importing the slot's snapshot"))
+    }
+    if ((res = data_exec(b, conn, PGRES_COMMAND_OK, &rc, "BEGIN",
+                         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL)) == NULL)
         goto done;
+    PQclear(res);
+    if (snapshot != NULL) {
+        lit = PQescapeLiteral(conn, snapshot, strlen(snapshot));
+        snprintf(sql, sizeof sql, "SET TRANSACTION SNAPSHOT %s", lit ? lit : "''");
+        if ((res = data_exec(b, conn, PGRES_COMMAND_OK, &rc, "importing the slot's snapshot",
+                             sql, 0, NULL)) == NULL)
+            goto done;
+        PQclear(res);
+    }
 
     /* Does the table have the poller's dispatched_at column? */
     char relname[300];
     snprintf(relname, sizeof relname, "%s.%s", qschema, qtable);
-    lit = PQescapeLiteral(conn, relname, strlen(relname));
-    snprintf(sql, sizeof sql,
-             "SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass "
-             "AND attname = 'dispatched_at' AND NOT attisdropped",
-             lit ? lit : "''");
-    PGresult *res = PQexec(conn, sql);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        snprintf(err, errlen, "backfill: cannot read %s's columns: %s", relname,
-                 PQerrorMessage(conn));
-        PQclear(res);
+    const char *prel[] = {relname};
+    if ((res = data_exec(b, conn, PGRES_TUPLES_OK, &rc, "reading the table's columns",
+                         "SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass "
+                         "AND attname = 'dispatched_at' AND NOT attisdropped",
+                         1, prel)) == NULL)
         goto done;
-    }
-    bool has_dispatched = PQntuples(res) == 1;
+    const char *pending = PQntuples(res) == 1 ? "o.dispatched_at IS NULL" : "true";
     PQclear(res);
 
+    /* The first run, or a resume that does not know the bound yet: the
+     * largest pending id now visible bounds the backlog (see backfill.h). */
+    if (snapshot != NULL || m.state == BACKFILL_CREATING) {
+        snprintf(sql, sizeof sql,
+                 "SELECT o.id::text FROM %s.%s o WHERE %s ORDER BY o.id DESC LIMIT 1", qschema,
+                 qtable, pending);
+        if ((res = data_exec(b, conn, PGRES_TUPLES_OK, &rc, "finding the backlog's bound", sql,
+                             0, NULL)) == NULL)
+            goto done;
+        m.has_max = false;
+        m.has_done = false;
+        m.rows = 0;
+        if (PQntuples(res) == 1)
+            copy_id(m.max_id, PQgetvalue(res, 0, 0), &m.has_max);
+        bool too_long = PQntuples(res) == 1 && !m.has_max;
+        PQclear(res);
+        res = NULL;
+        if (too_long) {
+            rc = fail(b, BACKFILL_FATAL, "slot=%s: backfill: ids longer than %d characters "
+                      "cannot be recorded", b->slot, ID_MAX - 1);
+            goto done;
+        }
+        if ((rc = write_running(b, &m, consistent)) != BACKFILL_OK)
+            goto done;
+    }
+    if (snapshot == NULL)
+        log_info("slot=%s: backfill: resuming the unfinished backfill: rows with %s and "
+                 "%s%s < id <= %s (%llu rows acknowledged before)", b->slot, pending,
+                 m.has_done ? m.done_id : "", m.has_done ? "" : "-inf",
+                 m.has_max ? m.max_id : "(none)", m.rows);
+    if (!m.has_max)
+        goto finish; /* nothing pending */
+
+    const char *pc[] = {m.max_id, m.done_id};
     snprintf(sql, sizeof sql,
              "DECLARE outbox_backfill NO SCROLL CURSOR FOR "
-             "SELECT id::text, aggregate_id::text, type, payload::text, created_at::text "
-             "FROM %s.%s %s ORDER BY id",
-             qschema, qtable, has_dispatched ? "WHERE dispatched_at IS NULL" : "");
-    if (!exec_ok(conn, sql, PGRES_COMMAND_OK, err, errlen, "declaring the backfill cursor"))
+             "SELECT o.id::text, o.aggregate_id::text, o.type, o.payload::text, "
+             "o.created_at::text FROM %s.%s o WHERE %s AND o.id <= $1 %s ORDER BY o.id",
+             qschema, qtable, pending, m.has_done ? "AND o.id > $2" : "");
+    if ((res = data_exec(b, conn, PGRES_COMMAND_OK, &rc, "declaring the backfill cursor", sql,
+                         m.has_done ? 2 : 1, pc)) == NULL)
         goto done;
+    PQclear(res);
+    res = NULL;
 
     snprintf(sql, sizeof sql, "FETCH %d FROM outbox_backfill", BACKFILL_FETCH);
     for (;;) {
-        res = PQexec(conn, sql);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-            snprintf(err, errlen, "backfill: FETCH failed after %llu rows: %s",
-                     (unsigned long long) *rows, PQerrorMessage(conn));
-            PQclear(res);
+        if ((res = data_exec(b, conn, PGRES_TUPLES_OK, &rc, "FETCH", sql, 0, NULL)) == NULL)
             goto done;
-        }
-        int n = PQntuples(res);
-        for (int i = 0; i < n; i++) {
+        int got = PQntuples(res);
+        for (int i = 0; i < got; i++) {
             struct outbox_event ev;
             if (row_event(res, i, &ev) < 0) {
-                snprintf(err, errlen, "backfill: row id=%s has no type; cannot route it",
-                         PQgetvalue(res, i, 0));
-                PQclear(res);
+                rc = fail(b, BACKFILL_FATAL, "slot=%s: backfill: row id=%s has no type; cannot "
+                          "route it", b->slot, PQgetvalue(res, i, 0));
                 goto done;
             }
-            if (emit(ctx, &ev) < 0) {
-                snprintf(err, errlen, "backfill: stopped after %llu rows (at id %s)",
-                         (unsigned long long) *rows, ev.event_id);
-                PQclear(res);
+            if (sink->emit(sink->ctx, &ev, n + 1) < 0) {
+                rc = fail(b, BACKFILL_STOPPED, "slot=%s: backfill: stopped after %llu rows (at "
+                          "id %s)", b->slot, (unsigned long long) n, ev.event_id);
                 goto done;
             }
-            (*rows)++;
+            n++;
         }
+        if (got > 0)
+            backfill_progress_note(&q, n, PQgetvalue(res, got - 1, 0));
         PQclear(res);
-        if (n < BACKFILL_FETCH)
+        res = NULL;
+        if (backfill_progress_done(&q, sink->acked(sink->ctx), done_id) &&
+            mono_now() - last_write >= PROGRESS_EVERY) {
+            uint64_t acked = sink->acked(sink->ctx);
+            if ((rc = write_progress(b, done_id, m.rows + acked)) != BACKFILL_OK)
+                goto done;
+            last_write = mono_now();
+        }
+        if (got < BACKFILL_FETCH)
             break;
     }
-    exec_ok(conn, "COMMIT", PGRES_COMMAND_OK, err, errlen, "COMMIT");
-    rc = 0;
+
+finish:
+    /* Every row must be acknowledged before the marker is cleared. */
+    while (sink->acked(sink->ctx) < n) {
+        if (sink->serve(sink->ctx, 100) < 0) {
+            rc = fail(b, BACKFILL_STOPPED, "slot=%s: backfill: stopped with %llu of %llu rows "
+                      "acknowledged", b->slot, (unsigned long long) sink->acked(sink->ctx),
+                      (unsigned long long) n);
+            goto done;
+        }
+        if (backfill_progress_done(&q, sink->acked(sink->ctx), done_id) &&
+            mono_now() - last_write >= PROGRESS_EVERY) {
+            if ((rc = write_progress(b, done_id, m.rows + sink->acked(sink->ctx))) !=
+                BACKFILL_OK)
+                goto done;
+            last_write = mono_now();
+        }
+    }
+    if (!backfill_locked(b)) {
+        rc = fail(b, BACKFILL_RETRY, "slot=%s: backfill: the lock was lost before the end",
+                  b->slot);
+        goto done;
+    }
+    char total[32];
+    snprintf(total, sizeof total, "%llu", m.rows + (unsigned long long) n);
+    const char *pd[] = {b->slot, total};
+    if ((res = run(b, PGRES_COMMAND_OK, &rc, "clearing the backfill marker",
+                   "UPDATE public.outbox_relay_slots SET backfill_state = 'done', "
+                   "backfill_done_id = NULL, backfill_rows = $2, backfill_updated_at = now() "
+                   "WHERE slot_name = $1",
+                   2, pd)) == NULL)
+        goto done;
+    PQclear(res);
+    res = NULL;
+    *rows = n;
+    rc = BACKFILL_OK;
 done:
-    PQfreemem(snap);
+    PQclear(res);
+    backfill_progress_free(&q);
     PQfreemem(qschema);
     PQfreemem(qtable);
     PQfreemem(lit);
     PQfinish(conn);
+    if (rc != BACKFILL_OK)
+        *rows = n;
     return rc;
 }

@@ -35,6 +35,10 @@
 #define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
 #define READ_BATCH 256      /* frames between delivery-report polls */
+/* Backfilled rows are tracked apart from the stream (see backfill_emit):
+ * their tokens carry this bit. The stream tracker's tokens count up from 1
+ * and never reach it. */
+#define BACKFILL_TOKEN ((uint64_t) 1 << 63)
 
 enum session_rc { SESSION_STOP = 1 };
 
@@ -50,6 +54,11 @@ struct relay {
     struct stream *stream;
     struct sink *sink;
     struct tracker *tracker;
+    struct backfill *backfill;    /* the slot's backfill lock and marker */
+    struct tracker *bf_tracker;   /* acks of backfilled rows: row n of a run
+                                     is "LSN" bf_base + n */
+    uint64_t bf_base;
+    bool bf_at_creation; /* the slot was created with a finished backfill */
     struct w2j_record *rec;
     struct w2j_scratch scratch;
     struct relay_stats stats;
@@ -143,7 +152,10 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
             metrics_event_delivered(r->metrics, rep->topic,
                                     stamp ? (double) (now_unix_us() - stamp) / 1e6 : -1);
         }
-        tracker_ack(r->tracker, token);
+        if (token & BACKFILL_TOKEN)
+            tracker_ack(r->bf_tracker, token & ~BACKFILL_TOKEN);
+        else
+            tracker_ack(r->tracker, token);
         return;
     }
     r->stats.delivery_errors++;
@@ -171,40 +183,131 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
 static bool window_open(const struct relay *r);
 static void produce_event(struct relay *r, const struct outbox_event *ev, uint64_t token);
 
-/* Backfill: one row of the snapshot, produced like a streamed event but
- * outside the tracker (token 0): the slot starts streaming only after every
- * backfilled event has been delivered. */
-static int backfill_emit(void *ctx, const struct outbox_event *ev)
+/* Backfill: one row of the backlog, produced like a streamed event but
+ * tracked apart (BACKFILL_TOKEN): the backfill module learns from
+ * backfill_acked how far every row is delivered, and the slot is streamed
+ * only after all of them are. */
+static int backfill_emit(void *ctx, const struct outbox_event *ev, uint64_t n)
 {
     struct relay *r = ctx;
     while (!window_open(r) && !*r->stop && !r->fatal)
         sink_poll(r->sink, 100);
     if (*r->stop || r->fatal)
         return -1;
-    produce_event(r, ev, 0);
+    uint64_t token = tracker_add_single(r->bf_tracker, r->bf_base + n);
+    if (token == 0) {
+        set_fatal(r, "slot=%s: backfill: cannot track row id=%s", r->cfg->slot, ev->event_id);
+        return -1;
+    }
+    produce_event(r, ev, token | BACKFILL_TOKEN);
     return r->fatal ? -1 : 0;
 }
 
-static int on_slot_created(void *ctx, const char *snapshot)
+static uint64_t backfill_acked(void *ctx)
 {
     struct relay *r = ctx;
-    char err[RELAY_ERRLEN];
+    lsn_t confirmed = tracker_confirmed(r->bf_tracker);
+    return confirmed > r->bf_base ? confirmed - r->bf_base : 0;
+}
+
+static int backfill_serve(void *ctx, int timeout_ms)
+{
+    struct relay *r = ctx;
+    sink_poll(r->sink, timeout_ms);
+    if (sink_fatal(r->sink))
+        set_fatal(r, "%s", sink_errstr(r->sink));
+    return *r->stop || r->fatal ? -1 : 0;
+}
+
+/* One backfill run (the first, with the exported snapshot, or a resume
+ * with snapshot NULL) under the lock. Returns an enum backfill_rc. */
+static int run_backfill(struct relay *r, const char *snapshot, lsn_t consistent)
+{
+    /* Row numbers of this run continue above every earlier one, so a late
+     * report from an interrupted run cannot count for this one. */
+    r->bf_base = tracker_confirmed(r->bf_tracker) + ((uint64_t) 1 << 32);
+    tracker_reset(r->bf_tracker, r->bf_base);
+    struct backfill_sink sink = {.emit = backfill_emit, .acked = backfill_acked,
+                                 .serve = backfill_serve, .ctx = r};
     uint64_t rows = 0;
-    log_info("slot=%s: backfill: publishing the outbox rows not yet dispatched, as of the "
-             "slot's consistent point (snapshot %s)", r->cfg->slot, snapshot);
-    if (backfill_run(r->cfg->dsn, snapshot, r->cfg->table_schema, r->cfg->table_name,
-                     backfill_emit, r, &rows, err, sizeof err) < 0) {
-        if (!*r->stop)
-            set_fatal(r, "slot=%s: %s", r->cfg->slot, err);
-        return -1;
+    int rc = backfill_run(r->backfill, snapshot, consistent, &sink, &rows);
+    if (rc == BACKFILL_OK)
+        log_info("slot=%s: backfill: %llu rows published and delivered; streaming from the "
+                 "slot's consistent point", r->cfg->slot, (unsigned long long) rows);
+    return rc;
+}
+
+static int on_slot_creating(void *ctx, bool *export_snapshot, char *err, size_t errlen)
+{
+    struct relay *r = ctx;
+    bool want = r->cfg->backfill_pending;
+    enum backfill_state st = BACKFILL_NONE;
+    *export_snapshot = false;
+    int rc = backfill_lock(r->backfill);
+    if (rc == BACKFILL_OK)
+        rc = backfill_read_state(r->backfill, &st);
+    if (rc == BACKFILL_BUSY) {
+        snprintf(err, errlen, "%s", backfill_errstr(r->backfill));
+        return STREAM_BUSY;
     }
-    while (sink_inflight(r->sink) > 0 && !*r->stop && !r->fatal)
-        sink_poll(r->sink, 100);
-    if (*r->stop || r->fatal)
-        return -1;
-    log_info("slot=%s: backfill: %llu rows published and delivered; streaming from the slot's "
-             "consistent point", r->cfg->slot, (unsigned long long) rows);
-    return 0;
+    if (rc != BACKFILL_OK && !want) {
+        backfill_unlock(r->backfill); /* no marker can exist: create as always */
+        return STREAM_OK;
+    }
+    if (rc == BACKFILL_OK && !want && st == BACKFILL_CREATING) {
+        log_info("slot=%s: an earlier start with --backfill pending did not finish; "
+                 "backfilling as it asked", r->cfg->slot);
+        want = true;
+    }
+    if (rc == BACKFILL_OK && !want) {
+        backfill_unlock(r->backfill);
+        return STREAM_OK;
+    }
+    if (rc == BACKFILL_OK)
+        rc = backfill_begin(r->backfill);
+    if (rc != BACKFILL_OK) {
+        snprintf(err, errlen, "%s", backfill_errstr(r->backfill));
+        backfill_unlock(r->backfill);
+        return rc == BACKFILL_BUSY ? STREAM_BUSY
+             : rc == BACKFILL_FATAL ? STREAM_FATAL : STREAM_RETRY;
+    }
+    *export_snapshot = true; /* the lock stays held until stream_start returns */
+    return STREAM_OK;
+}
+
+static int on_slot_created(void *ctx, const char *snapshot, lsn_t consistent, bool *drop_slot,
+                           char *err, size_t errlen)
+{
+    struct relay *r = ctx;
+    log_info("slot=%s: backfill: publishing the outbox rows not yet dispatched, as of the "
+             "slot's consistent point " LSN_FMT " (snapshot %s)", r->cfg->slot,
+             LSN_ARGS(consistent), snapshot);
+    int rc = run_backfill(r, snapshot, consistent);
+    r->bf_at_creation = rc == BACKFILL_OK;
+    if (rc == BACKFILL_OK)
+        return STREAM_OK;
+    snprintf(err, errlen, "%s", backfill_errstr(r->backfill));
+    /* The slot may go only once the marker says to create it again. */
+    *drop_slot = backfill_abandon(r->backfill) == BACKFILL_OK;
+    if (*r->stop || r->fatal || rc == BACKFILL_FATAL)
+        return STREAM_FATAL;
+    return STREAM_RETRY;
+}
+
+/* The slot exists and its marker says the backfill has not finished: take
+ * the lock and finish it (or wait while another process holds the lock).
+ * Returns an enum backfill_rc. */
+static int resume_backfill(struct relay *r)
+{
+    enum backfill_state st;
+    int rc = backfill_lock(r->backfill);
+    if (rc != BACKFILL_OK)
+        return rc;
+    rc = backfill_read_state(r->backfill, &st);
+    if (rc == BACKFILL_OK && (st == BACKFILL_CREATING || st == BACKFILL_RUNNING))
+        rc = run_backfill(r, NULL, 0);
+    backfill_unlock(r->backfill);
+    return rc;
 }
 
 struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop,
@@ -225,12 +328,18 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                 .failover_slot = cfg->failover_slot,
                                 .recreate_slot = cfg->recreate_slot,
                                 .takeover_after = cfg->takeover_after,
-                                .on_created = cfg->backfill_pending ? on_slot_created : NULL,
-                                .on_created_ctx = r};
+                                .on_creating = on_slot_creating,
+                                .on_created = on_slot_created, .on_created_ctx = r};
+    struct backfill_options bo = {.dsn = cfg->dsn, .slot = cfg->slot,
+                                  .table_schema = cfg->table_schema,
+                                  .table_name = cfg->table_name};
     r->stream = stream_new(&so);
     r->tracker = tracker_new(TRACKER_GROUPS, 0);
+    r->backfill = backfill_new(&bo);
+    r->bf_tracker = tracker_new(TRACKER_GROUPS, 0);
     r->rec = malloc(sizeof *r->rec);
-    if (r->stream == NULL || r->tracker == NULL || r->rec == NULL) {
+    if (r->stream == NULL || r->tracker == NULL || r->backfill == NULL ||
+        r->bf_tracker == NULL || r->rec == NULL) {
         snprintf(err, errlen, "out of memory");
         relay_free(r);
         return NULL;
@@ -249,7 +358,9 @@ void relay_free(struct relay *r)
         return;
     sink_free(r->sink, 0);
     stream_free(r->stream);
+    backfill_free(r->backfill);
     tracker_free(r->tracker);
+    tracker_free(r->bf_tracker);
     w2j_scratch_free(&r->scratch);
     for (size_t i = 0; i < r->npartitions; i++)
         free(r->partitions[i].name);
@@ -620,7 +731,7 @@ int relay_run(struct relay *r)
 {
     const struct relay_config *cfg = r->cfg;
     double backoff = 0.5;
-    bool streamed = false, waiting_logged = false;
+    bool streamed = false, waiting_logged = false, backfilled = false;
     int exit_code = 0;
 
     srand((unsigned) time(NULL) ^ (unsigned) getpid());
@@ -628,12 +739,40 @@ int relay_run(struct relay *r)
         lsn_t slot_confirmed = 0;
         bool created = false;
         int rc = stream_start(r->stream, tracker_confirmed(r->tracker), &slot_confirmed, &created);
+        backfill_unlock(r->backfill); /* held from before creating the slot */
         if (rc == STREAM_FATAL) {
             if (!*r->stop) /* a stop during backfill is not an error */
                 set_fatal(r, "%s", stream_errstr(r->stream));
             break;
         }
-        if (cfg->backfill_pending && !created && !streamed && rc == STREAM_OK)
+        if (rc == STREAM_BACKFILL) {
+            int brc = resume_backfill(r);
+            if (brc == BACKFILL_OK) {
+                backfilled = true;
+                waiting_logged = false;
+                backoff = 0.5;
+                continue;
+            }
+            publish_gauges(r, false);
+            if (brc == BACKFILL_BUSY) {
+                if (!waiting_logged)
+                    log_info("%s", backfill_errstr(r->backfill));
+                waiting_logged = true;
+                pause_serving(r, jitter(STANDBY_POLL));
+                continue;
+            }
+            if (*r->stop)
+                break;
+            if (brc == BACKFILL_FATAL || r->fatal) {
+                set_fatal(r, "%s", backfill_errstr(r->backfill));
+                break;
+            }
+            log_warn("%s; retrying in about %.1f s", backfill_errstr(r->backfill), backoff);
+            pause_serving(r, jitter(backoff));
+            backoff = backoff * 2 > cfg->reconnect_max ? cfg->reconnect_max : backoff * 2;
+            continue;
+        }
+        if (cfg->backfill_pending && !created && !streamed && !backfilled && rc == STREAM_OK)
             log_info("slot=%s exists already: --backfill applies only when the slot is created",
                      cfg->slot);
         publish_gauges(r, false);
@@ -651,7 +790,7 @@ int relay_run(struct relay *r)
             continue;
         }
 
-        if (created && cfg->backfill_pending)
+        if (created && r->bf_at_creation)
             log_info("created replication slot %s with wal2json at " LSN_FMT " after "
                      "backfilling the rows committed before it", cfg->slot,
                      LSN_ARGS(slot_confirmed));
@@ -666,6 +805,7 @@ int relay_run(struct relay *r)
         log_info("slot=%s lsn=" LSN_FMT ": streaming %s.%s to Kafka (walsender pid %d)",
                  cfg->slot, LSN_ARGS(tracker_confirmed(r->tracker)), cfg->table_schema,
                  cfg->table_name, stream_backend_pid(r->stream));
+        backfill_close(r->backfill); /* streaming: no lock left to wait for */
         streamed = true;
         waiting_logged = false;
         backoff = 0.5;

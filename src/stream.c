@@ -33,7 +33,9 @@ struct stream {
     bool recreate_slot;
     bool failover_slot;
     double takeover_after;
-    int (*on_created)(void *ctx, const char *snapshot);
+    int (*on_creating)(void *ctx, bool *export_snapshot, char *err, size_t errlen);
+    int (*on_created)(void *ctx, const char *snapshot, lsn_t consistent, bool *drop_slot,
+                      char *err, size_t errlen);
     void *on_created_ctx;
     PGconn *conn;
     bool streaming; /* START_REPLICATION succeeded on conn */
@@ -61,6 +63,7 @@ struct stream *stream_new(const struct stream_options *opts)
     s->failover_slot = opts->failover_slot;
     s->recreate_slot = opts->recreate_slot;
     s->takeover_after = opts->takeover_after;
+    s->on_creating = opts->on_creating;
     s->on_created = opts->on_created;
     s->on_created_ctx = opts->on_created_ctx;
     if (!s->dsn || !s->slot || !s->table_schema || !s->table_name || !s->message_prefix) {
@@ -377,44 +380,61 @@ static int plugin_missing(const char *msg)
            (strstr(msg, "wal2json") != NULL && strstr(msg, "No such file") != NULL);
 }
 
-/* Creates the slot. With on_created set, exports the snapshot of the
- * slot's consistent point and hands it over before anything else runs on
- * this connection (running a command would end the snapshot). */
+/* Creates the slot. When on_creating asks for it, exports the snapshot of
+ * the slot's consistent point and hands it to on_created before anything
+ * else runs on this connection (running a command would end the
+ * snapshot). */
 static int create_slot(struct stream *s)
 {
     char sql[256];
-    const char *snapshot = s->on_created ? "'export'" : "'nothing'";
+    bool export_snapshot = false;
     if (s->failover_slot && PQserverVersion(s->conn) < 170000)
         return fail(s, STREAM_FATAL,
                     "slot=%s: --failover-slot needs PostgreSQL 17 or later (this server is %d); "
                     "on PostgreSQL 15 and 16 a logical slot exists only on the primary and is "
                     "not carried to a promoted standby (see docs/deploy.md)",
                     s->slot, PQserverVersion(s->conn));
+    if (s->on_creating != NULL) {
+        char err[STREAM_ERRLEN] = "";
+        int rc = s->on_creating(s->on_created_ctx, &export_snapshot, err, sizeof err);
+        if (rc != STREAM_OK)
+            return fail(s, rc, "%s", err);
+    }
+    export_snapshot = export_snapshot && s->on_created != NULL;
+    const char *snapshot = export_snapshot ? "'export'" : "'nothing'";
     if (PQserverVersion(s->conn) >= 150000)
         snprintf(sql, sizeof sql,
                  "CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json (SNAPSHOT %s%s)", s->slot,
                  snapshot, s->failover_slot ? ", FAILOVER" : "");
     else
         snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL wal2json %s",
-                 s->slot, s->on_created ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT");
+                 s->slot, export_snapshot ? "EXPORT_SNAPSHOT" : "NOEXPORT_SNAPSHOT");
     PGresult *res = PQexec(s->conn, sql);
     int rc = STREAM_OK;
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && s->on_created != NULL) {
-        char name[128] = "";
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && export_snapshot) {
+        char name[128] = "", err[STREAM_ERRLEN] = "";
+        lsn_t consistent = 0;
         if (PQnfields(res) >= 3 && PQntuples(res) == 1 && !PQgetisnull(res, 0, 2))
             snprintf(name, sizeof name, "%s", PQgetvalue(res, 0, 2));
+        if (PQnfields(res) >= 2 && PQntuples(res) == 1 && !PQgetisnull(res, 0, 1) &&
+            lsn_parse(PQgetvalue(res, 0, 1), (size_t) PQgetlength(res, 0, 1), &consistent) < 0)
+            consistent = 0;
         PQclear(res);
-        if (*name == '\0' || s->on_created(s->on_created_ctx, name) < 0) {
-            if (*name == '\0')
-                fail(s, STREAM_FATAL, "slot=%s: the server exported no snapshot", s->slot);
-            else
-                fail(s, STREAM_FATAL, "slot=%s: the work on the exported snapshot did not "
-                     "finish; dropped the new slot so the next start does it again", s->slot);
+        bool drop = true;
+        if (*name == '\0') {
+            rc = fail(s, STREAM_FATAL, "slot=%s: the server exported no snapshot", s->slot);
+        } else {
+            rc = s->on_created(s->on_created_ctx, name, consistent, &drop, err, sizeof err);
+            if (rc != STREAM_OK)
+                fail(s, rc, "slot=%s: the work on the exported snapshot did not finish (%s); %s",
+                     s->slot, err, drop ? "dropped the new slot so the next start does it again"
+                                        : "kept the slot: the next start resumes the work");
+        }
+        if (rc != STREAM_OK && drop) {
             snprintf(sql, sizeof sql, "DROP_REPLICATION_SLOT \"%s\"", s->slot);
             PQclear(PQexec(s->conn, sql));
-            return STREAM_FATAL;
         }
-        return STREAM_OK;
+        return rc;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         char msg[STREAM_ERRLEN];
@@ -445,8 +465,8 @@ static int check_slot_history(struct stream *s)
         return fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->slot);
     char sql[512];
     snprintf(sql, sizeof sql,
-             "SELECT created_lsn, created_at FROM public.outbox_relay_slots "
-             "WHERE slot_name = %s", lit);
+             "SELECT created_lsn, created_at, to_jsonb(h)->>'backfill_state' "
+             "FROM public.outbox_relay_slots h WHERE slot_name = %s", lit);
     PQfreemem(lit);
     PGresult *res = PQexec(s->conn, sql);
     int rc = STREAM_OK;
@@ -462,6 +482,13 @@ static int check_slot_history(struct stream *s)
                      "committed meanwhile; load sql/003_relay_role.sql so this is checked",
                      s->slot, msg);
         }
+    } else if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 2) &&
+               strcmp(PQgetvalue(res, 0, 2), "creating") == 0) {
+        /* A backfill wrote its marker and then stopped before the slot was
+         * created, or before anything could have been streamed from it:
+         * nothing was skipped, the new slot's backfill covers it all. */
+        log_info("slot=%s: an earlier start with --backfill did not get to create the slot; "
+                 "creating it now", s->slot);
     } else if (PQntuples(res) == 1 && !s->recreate_slot) {
         rc = fail(s, STREAM_FATAL,
                   "slot=%s was created by outbox-relay at %s (%s) and no longer exists: it was "
@@ -472,6 +499,40 @@ static int check_slot_history(struct stream *s)
     } else if (PQntuples(res) == 1) {
         log_warn("slot=%s was created before at %s and is gone; recreating it as "
                  "--recreate-slot asks", s->slot, PQgetvalue(res, 0, 0));
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* A slot whose backfill marker (public.outbox_relay_slots.backfill_state,
+ * see backfill.h) is 'creating' or 'running' must not be streamed before the
+ * backfill has finished: rows committed before its consistent point would be
+ * skipped, or follow the events streamed after them. Read here, after the
+ * slot was seen to exist: the marker is committed before a slot is created,
+ * so it cannot be missed. No table or no column: no backfill can have
+ * written a marker. */
+static int check_backfill_marker(struct stream *s)
+{
+    char *lit = PQescapeLiteral(s->conn, s->slot, strlen(s->slot));
+    if (lit == NULL)
+        return fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->slot);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT to_jsonb(h)->>'backfill_state' FROM public.outbox_relay_slots h "
+             "WHERE slot_name = %s", lit);
+    PQfreemem(lit);
+    PGresult *res = PQexec(s->conn, sql);
+    int rc = STREAM_OK;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (PQstatus(s->conn) != CONNECTION_OK)
+            rc = fail(s, STREAM_RETRY, "slot=%s: lost the connection while reading its backfill "
+                      "marker", s->slot);
+    } else if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) &&
+               (strcmp(PQgetvalue(res, 0, 0), "creating") == 0 ||
+                strcmp(PQgetvalue(res, 0, 0), "running") == 0)) {
+        rc = fail(s, STREAM_BACKFILL, "slot=%s: its backfill has not finished (backfill_state "
+                  "'%s' in public.outbox_relay_slots); not streaming it before", s->slot,
+                  PQgetvalue(res, 0, 0));
     }
     PQclear(res);
     return rc;
@@ -611,6 +672,8 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
             goto fail;
         record_slot(s, *slot_confirmed);
     }
+    if ((rc = check_backfill_marker(s)) != STREAM_OK)
+        goto fail;
     if (start < *slot_confirmed)
         start = *slot_confirmed;
     if ((rc = start_replication(s, start)) != STREAM_OK)
@@ -621,7 +684,7 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
     }
     return STREAM_OK;
 fail:
-    if (rc != STREAM_BUSY)
+    if (rc != STREAM_BUSY && rc != STREAM_BACKFILL)
         stream_close(s);
     return rc;
 }

@@ -13,6 +13,7 @@
 #define OUTBOX_RELAY_STREAM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "outbox_relay/lsn.h"
@@ -23,7 +24,10 @@ enum stream_rc {
     STREAM_RETRY = -1,
     STREAM_BUSY = -2,
     STREAM_FATAL = -3,
-    STREAM_END = -4 /* the server ended the copy (e.g. after our CopyDone) */
+    STREAM_END = -4, /* the server ended the copy (e.g. after our CopyDone) */
+    STREAM_BACKFILL = -5 /* the slot exists but its backfill has not finished
+                            (public.outbox_relay_slots): finish it first,
+                            then call stream_start again */
 };
 
 struct stream_options {
@@ -41,13 +45,22 @@ struct stream_options {
     bool failover_slot;         /* create it with FAILOVER (PostgreSQL 17+) */
     double takeover_after;      /* > 0: terminate a walsender holding the slot
                                    whose client has been silent this long */
-    /* Called once, right after this stream created the slot, with the name
-     * of the snapshot exported at the slot's consistent point (valid only
-     * until the call returns), before replication starts. NULL: no snapshot
-     * is exported. Returning < 0 drops the new slot again (so the next start
-     * redoes the work) and makes stream_start return STREAM_FATAL. */
-    int (*on_created)(void *ctx, const char *snapshot);
-    void *on_created_ctx;
+    /* Called when the slot is missing, right before this stream creates
+     * it. Returns STREAM_OK to go on (setting *export_snapshot to have the
+     * snapshot of the slot's consistent point exported and handed to
+     * on_created), or another enum stream_rc (e.g. STREAM_BUSY: another
+     * process is about to create it) with a message in err. NULL: create
+     * without a snapshot. */
+    int (*on_creating)(void *ctx, bool *export_snapshot, char *err, size_t errlen);
+    /* Called once, right after this stream created the slot with an
+     * exported snapshot, with its name (valid only until the call returns)
+     * and the slot's consistent point, before replication starts. Returns
+     * STREAM_OK, or another enum stream_rc with a message in err; then
+     * *drop_slot says whether to drop the new slot again (so the next start
+     * redoes the work) or to keep it, and stream_start returns that rc. */
+    int (*on_created)(void *ctx, const char *snapshot, lsn_t consistent, bool *drop_slot,
+                      char *err, size_t errlen);
+    void *on_created_ctx; /* ctx of both hooks */
 };
 
 struct stream;
@@ -60,7 +73,9 @@ void stream_free(struct stream *s);
 /* Connects, checks the server (wal_level, plugin, slot) and starts
  * replication from max(start, slot's confirmed position). On STREAM_OK,
  * *slot_confirmed holds the slot's confirmed_flush_lsn as the server had it.
- * *created is set when this call created the slot. */
+ * *created is set when this call created the slot. A slot whose backfill
+ * marker in public.outbox_relay_slots says 'creating' or 'running' is not
+ * streamed: STREAM_BACKFILL (the connection stays open, as for STREAM_BUSY). */
 int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *created);
 
 /* Reads the next frame without blocking. Returns 1 and fills *msg (valid
