@@ -24,6 +24,8 @@ struct relay_stats {
     uint64_t delivery_errors;
     uint64_t dead_lettered;
     uint64_t reconnects;
+    uint64_t rewinds; /* re-productions from the confirmed position after a
+                         delivery error that is waited out */
     lsn_t received_lsn;
     lsn_t confirmed_lsn;
 };

@@ -61,7 +61,7 @@ GIVEN_UP_BY_LIBRDKAFKA = [
     ("NETWORK_EXCEPTION", 13),
     ("FENCED_LEADER_EPOCH", 74),
     ("UNKNOWN_LEADER_EPOCH", 75),
-    ("CORRUPT_MESSAGE", 2),
+    ("CORRUPT_MESSAGE", 2),             # librdkafka's INVALID_MSG
     ("THROTTLING_QUOTA_EXCEEDED", 89),
 ]
 ALL_CODES = RETRIED_BY_LIBRDKAFKA + GIVEN_UP_BY_LIBRDKAFKA
@@ -239,7 +239,7 @@ def run_errors_during_commits(pg, broker, kafka, relayer, code, count, extra, to
     prod.start()
     try:
         prod.wait_count(60)
-        broker.cmd("error 0 %s %d" % (code, count))
+        broker.cmd("error 0 %d %d" % (code, count))
         prod.wait_count(len(prod.ids) + 120)
         # ... and the errors used up while the producers still commit
         wait_until(lambda: r.running() is False or len(prod.ids) > 300, 60,
@@ -271,7 +271,7 @@ def test_retriable_error_no_pipelining(pg, broker, kafka, relayer, code, num):
     past the last commit, per aggregate the last copies are in commit order
     and, where librdkafka retried by itself, the first copies too."""
     topic = "nopipe" + str(abs(num))
-    r, prod, msgs = run_errors_during_commits(pg, broker, kafka, relayer, code, 5,
+    r, prod, msgs = run_errors_during_commits(pg, broker, kafka, relayer, num, 5,
                                               NO_PIPELINING, topic)
     first_bad, last_bad, dups = order_report(prod, msgs)
     print("%s without pipelining: %d events, %d duplicates, %d first-copy and %d last-copy "
@@ -296,7 +296,7 @@ def test_retriable_error_defaults(pg, broker, kafka, relayer, code, num):
     prod.start()
     try:
         prod.wait_count(60)
-        broker.cmd("error 0 %s 5" % code)
+        broker.cmd("error 0 %d 5" % num)
         wait_until(lambda: not r.running() or len(prod.ids) > 300, 60,
                    message="300 events committed")
     finally:
@@ -314,5 +314,6 @@ def test_retriable_error_defaults(pg, broker, kafka, relayer, code, num):
     if (code, num) in GIVEN_UP_BY_LIBRDKAFKA:
         assert not missing, "%d events lost after %s, e.g. %s; log tail:\n%s" % (
             len(missing), code, sorted(missing)[:5], r.log_tail())
+        assert last_bad == 0, "per-aggregate order broken after %s" % code
     assert r.running()
     assert r.terminate() == 0
