@@ -859,6 +859,8 @@ static void finish(struct relay *r)
     /* In steps, so that status updates go on (a flush longer than
      * wal_sender_timeout would otherwise lose the connection and, with it,
      * the final confirmation) and dead letters go out. */
+    if (r->fatal)
+        drop_dead_letters(r); /* nothing more is confirmed anyway */
     double end = now_s() + r->cfg->shutdown_timeout;
     int flushed = -1;
     for (;;) {

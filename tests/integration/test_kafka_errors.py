@@ -317,3 +317,210 @@ def test_retriable_error_defaults(pg, broker, kafka, relayer, code, num):
         assert last_bad == 0, "per-aggregate order broken after %s" % code
     assert r.running()
     assert r.terminate() == 0
+
+
+# --------------------------------------------------------------------------
+# a topic that does not exist yet, authorization refusals
+# --------------------------------------------------------------------------
+
+def one_event(pg, typ, payload='{"n": 1}'):
+    """Commits one event; returns (id, end of its commit record)."""
+    conn = pg.connect(autocommit=False)
+    cur = conn.cursor()
+    cur.execute("SELECT pg_current_wal_insert_lsn(), pg_current_xact_id()::xid::text")
+    start, xid = cur.fetchone()
+    cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload) "
+                "VALUES (%s, %s, %s::jsonb) RETURNING id", (str(uuid.uuid4()), typ, payload))
+    eid = cur.fetchone()[0]
+    conn.commit()
+    conn.close()
+    return eid, commit_end(pg, start, xid)
+
+
+def ids_in(kafka, topic, timeout=2):
+    return {int(m.headers["event_id"]) for m in kafka.read(topic, timeout=timeout, wait_topic=False)}
+
+
+@pytest.mark.parametrize("policy,extra", [
+    ("halt", []),                                                   # defaults
+    ("dead-letter", ["-X", "topic.metadata.propagation.max.ms=2000"]),
+], ids=["halt-defaults", "dead-letter"])
+def test_topic_missing_is_waited_for(pg, broker, kafka, relayer, policy, extra):
+    """A topic the broker says does not exist (auto-creation off: Metadata
+    answers UNKNOWN_TOPIC_OR_PART) is not poison: the relayer keeps running,
+    alerts in the log and on /metrics, confirms nothing past the event and
+    dead-letters nothing; once the topic exists the event and the one after
+    it arrive and the slot moves on."""
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    port = harness.free_port()
+    broker.cmd("topic-error later UNKNOWN_TOPIC_OR_PART")
+    r = start_relay(relayer, pg, broker, "--on-poison", policy, *extra, metrics_port=port)
+    before, before_end = one_event(pg, "fine.before")
+    wait_confirmed(pg, before_end, r)
+
+    ev, ev_end = one_event(pg, "later.created", '{"waited": true}')
+    after, after_end = one_event(pg, "fine.after")
+    # librdkafka waits topic.metadata.propagation.max.ms (30 s by default)
+    # before it fails the event; the relayer must ride that out and more.
+    wait_until(lambda: not r.running() or (metric(port, "outbox_relay_delivery_retries_total") or 0) >= 2,
+               90, message="the relayer to retry the missing topic twice")
+    assert r.running(), "the relayer exited (rc=%s) on a missing topic; log tail:\n%s" % (
+        r.returncode, r.log_tail())
+    assert metric(port, 'outbox_relay_delivery_waiting{reason="topic_missing"}') == 1, r.log_tail()
+    c = pg.confirmed_flush_lsn(SLOT)
+    assert c < ev_end, "confirmed past an event whose topic does not exist"
+    assert any("later" in l and "topic" in l for l in r.log_text().splitlines() if " warn " in l), \
+        r.log_tail()
+    assert not error_lines(r), error_lines(r)
+
+    broker.cmd("topic-error later 0")   # someone creates the topic
+    got = read_all(kafka, "later", [ev], timeout=90)
+    assert ev in {int(m.headers["event_id"]) for m in got}, r.log_tail()
+    assert after in ids_in(kafka, "fine", timeout=30)
+    wait_confirmed(pg, after_end, r, timeout=60)
+    assert ids_in(kafka, "outbox.dead-letter") == set(), "a missing topic was dead-lettered"
+    wait_until(lambda: metric(port, 'outbox_relay_delivery_waiting{reason="topic_missing"}') == 0,
+               30, message="the waiting gauge to clear")
+    assert r.running()
+    assert r.terminate() == 0
+
+
+@pytest.mark.parametrize("policy", ["halt", "dead-letter"])
+def test_transient_authorization_error_is_waited_out(pg, broker, kafka, relayer, policy):
+    """Two Produce requests refused with TOPIC_AUTHORIZATION_FAILED (an ACL
+    still propagating): not poison. The event is produced again and
+    delivered, nothing is dead-lettered, the relayer keeps running and the
+    retry shows on /metrics."""
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    port = harness.free_port()
+    r = start_relay(relayer, pg, broker, "--on-poison", policy, metrics_port=port)
+    before, before_end = one_event(pg, "acl.before")
+    wait_confirmed(pg, before_end, r)
+
+    broker.cmd("error 0 TOPIC_AUTHORIZATION_FAILED 2")
+    ev, ev_end = one_event(pg, "acl.ev", '{"acl": "late"}')
+    got = read_all(kafka, "acl", [before, ev], timeout=60)
+    assert ev in {int(m.headers["event_id"]) for m in got}, r.log_tail()
+    wait_confirmed(pg, ev_end, r)
+    assert r.running(), r.log_tail()
+    assert (metric(port, 'outbox_relay_delivery_retries_total{reason="authorization"}') or 0) >= 1
+    assert not error_lines(r), error_lines(r)
+    assert ids_in(kafka, "outbox.dead-letter") == set(), "a transient refusal was dead-lettered"
+    assert r.terminate() == 0
+
+
+def test_permanent_authorization_error_halts_never_dead_letters(pg, broker, kafka, relayer):
+    """Every Produce request refused with TOPIC_AUTHORIZATION_FAILED for
+    longer than the grace (30 s without any delivery getting through): a
+    permanent authorization failure is the producer's problem, not the
+    event's. Even with --on-poison dead-letter the relayer stops with exit
+    1 naming the event and "authorization", confirms nothing past it and
+    dead-letters nothing; after the ACL is granted a restart delivers it."""
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    r = start_relay(relayer, pg, broker, "--on-poison", "dead-letter")
+    before, before_end = one_event(pg, "deny.before")
+    wait_confirmed(pg, before_end, r)
+
+    broker.cmd("error 0 TOPIC_AUTHORIZATION_FAILED 1000000")
+    t0 = time.monotonic()
+    ev, ev_end = one_event(pg, "deny.ev", '{"denied": 1}')
+    rc = r.wait_exit(120)
+    waited = time.monotonic() - t0
+    assert rc == 1, "rc=%s; log tail:\n%s" % (rc, r.log_tail())
+    assert waited >= 25, "gave up after %.1f s: a transient refusal would have been fatal" % waited
+    line = next((l for l in error_lines(r) if "event_id=%d" % ev in l), None)
+    assert line and "authorization" in line.lower(), r.log_tail()
+    assert pg.confirmed_flush_lsn(SLOT) < ev_end
+    broker.cmd("clear-errors 0")
+    assert ids_in(kafka, "outbox.dead-letter") == set(), "an authorization failure was dead-lettered"
+
+    r2 = start_relay(relayer, pg, broker, "--on-poison", "dead-letter")
+    got = read_all(kafka, "deny", [ev], timeout=60)
+    assert ev in {int(m.headers["event_id"]) for m in got}, r2.log_tail()
+    wait_confirmed(pg, ev_end, r2)
+    assert r2.terminate() == 0
+
+
+# --------------------------------------------------------------------------
+# status updates while waiting on Kafka inside one step
+# --------------------------------------------------------------------------
+
+SHORT_TIMEOUT = {"wal_sender_timeout": "2s"}
+
+
+def replication_timed_out(pg):
+    return "terminating walsender process due to replication timeout" in pg.log_text()
+
+
+def test_full_local_queue_keeps_status_updates(pg_factory, broker, kafka, relayer):
+    """Kafka down for three times wal_sender_timeout while librdkafka's own
+    queue is full (a small queue.buffering.max.messages under a large
+    window, so the relayer waits inside one produce): status updates go on,
+    the server keeps the connection, and every event arrives afterwards."""
+    pg = pg_factory(settings=SHORT_TIMEOUT)
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    r = start_relay(relayer, pg, broker, "--max-inflight", "1000",
+                    "-X", "queue.buffering.max.messages=5")
+    pid = pg.slot_info(SLOT)["active_pid"]
+    first, first_end = one_event(pg, "qfull.first")
+    wait_confirmed(pg, first_end, r)
+
+    broker.cmd("down")
+    try:
+        ids, end = [], 0
+        for i in range(20):
+            eid, end = one_event(pg, "qfull.ev", '{"i": %d}' % i)
+            ids.append(eid)
+        r.wait_for_log(r"all Kafka brokers are down", timeout=30)
+        deadline = time.monotonic() + 6   # 3 x wal_sender_timeout
+        while time.monotonic() < deadline:
+            assert not replication_timed_out(pg), (
+                "the server ended the replication connection while the relayer waited on a "
+                "full queue; relayer log tail:\n%s" % r.log_tail())
+            time.sleep(0.2)
+    finally:
+        broker.cmd("up")
+    got = read_all(kafka, "qfull", ids, timeout=90)
+    assert set(ids) <= {int(m.headers["event_id"]) for m in got}, r.log_tail()
+    wait_confirmed(pg, end, r)
+    assert not replication_timed_out(pg)
+    assert "reconnecting" not in r.log_text(), r.log_tail()
+    assert pg.slot_info(SLOT)["active_pid"] == pid, "the replication connection was replaced"
+    assert r.terminate() == 0
+
+
+def test_shutdown_flush_keeps_status_updates(pg_factory, broker, kafka, relayer):
+    """SIGTERM during a Kafka outage, the broker back after twice
+    wal_sender_timeout, within --shutdown-timeout; no tuning flags: the
+    flush keeps sending status updates, so the connection survives and the
+    final confirmation covers the event delivered during the flush."""
+    pg = pg_factory(settings=SHORT_TIMEOUT)
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--shutdown-timeout", "40")
+    wait_until(lambda: (pg.slot_info(SLOT) or {}).get("active"), 60, message="streaming")
+    first, first_end = one_event(pg, "bye.first")
+    assert first in {int(m.headers["event_id"]) for m in read_all(kafka, "bye", [first])}
+
+    broker.cmd("down")
+    try:
+        ev, ev_end = one_event(pg, "bye.ev", '{"last": true}')
+        r.wait_for_log(r"all Kafka brokers are down", timeout=30)
+        time.sleep(0.5)   # the event is read and produced (it waits in librdkafka)
+        r.signal(2)       # SIGINT: stop
+        r.wait_for_log(r"outstanding deliveries", timeout=10)
+        deadline = time.monotonic() + 4   # 2 x wal_sender_timeout
+        while time.monotonic() < deadline:
+            assert not replication_timed_out(pg), (
+                "the server ended the replication connection during the shutdown flush; "
+                "relayer log tail:\n%s" % r.log_tail())
+            time.sleep(0.2)
+    finally:
+        broker.cmd("up")
+    rc = r.wait_exit(60)
+    assert rc == 0, "rc=%s; log tail:\n%s" % (rc, r.log_tail())
+    assert ev in {int(m.headers["event_id"]) for m in read_all(kafka, "bye", [ev])}
+    assert not replication_timed_out(pg), r.log_tail()
+    c = pg.confirmed_flush_lsn(SLOT)
+    assert c >= ev_end, "the final confirmation (%s) does not cover the event delivered during " \
+        "the flush (%s); log tail:\n%s" % (harness.int_to_lsn(c), harness.int_to_lsn(ev_end),
+                                          r.log_tail())
