@@ -740,12 +740,12 @@ static int session(struct relay *r)
         serve(r, 0);
         if (r->fatal)
             return STREAM_FATAL;
-        if (r->rewind && sink_inflight(r->sink) == 0)
-            return SESSION_REWIND;
         if (sink_fatal(r->sink)) {
             set_fatal(r, "%s", sink_errstr(r->sink));
             return STREAM_FATAL;
         }
+        if (r->rewind && sink_inflight(r->sink) == 0)
+            return SESSION_REWIND;
 
         bool reading = window_open(r);
         for (int n = 1; reading && !r->fatal; n++) {

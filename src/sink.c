@@ -8,10 +8,7 @@
  * unusable. Pending reports are signalled on a pipe, so the main loop can
  * wait on PostgreSQL's socket and Kafka at once: librdkafka calls
  * on_queue_event() when its main queue becomes non-empty, which writes a
- * byte unless one is already waiting (the `signalled` flag). The flag and
- * the pipe's content change together under `wake_lock`, so `signalled`
- * is true exactly while a byte waits: sink_poll() reads the pipe only then,
- * and never drains a byte whose flag it has not cleared.
+ * byte unless one is already waiting (wake.h says how no wake-up is lost).
  *
  * The hot path is measured (bench/run.sh, docs/benchmarks.md):
  *  - events go out through a topic handle cached per event type, not by
@@ -29,8 +26,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +34,7 @@
 
 #include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/wake.h"
 
 /* Topic handles by event type: open addressing, at most half full, so a
  * lookup ends at the entry or at an empty slot within a few probes. Types
@@ -57,9 +53,7 @@ struct sink {
     const struct relay_config *cfg;
     rd_kafka_t *rk;
     rd_kafka_queue_t *mainq;
-    int pipefd[2];
-    pthread_mutex_t wake_lock; /* pipefd's content and signalled, together */
-    atomic_bool signalled; /* a byte is in pipefd (changed under wake_lock) */
+    struct wake wake; /* readable while reports wait (on_queue_event) */
     sink_report_fn on_report;
     void *ctx;
     size_t inflight;
@@ -134,19 +128,12 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 /* Called by librdkafka, from any of its threads and under its queue lock,
  * when the main queue goes from empty to non-empty. One byte in the pipe is
- * enough to wake the main loop; sink_poll() drains it. wake_lock is a leaf
- * lock (nothing calls into librdkafka while holding it), so taking it under
- * librdkafka's queue lock cannot deadlock. */
+ * enough to wake the main loop; sink_poll() drains it. The wake's lock is a
+ * leaf lock, so taking it under librdkafka's queue lock cannot deadlock. */
 static void on_queue_event(rd_kafka_t *rk, void *opaque)
 {
     struct sink *sk = opaque;
-    pthread_mutex_lock(&sk->wake_lock);
-    if (!atomic_load(&sk->signalled)) {
-        ssize_t w = write(sk->pipefd[1], "1", 1);
-        (void) w; /* full pipe: a byte is waiting anyway */
-        atomic_store(&sk->signalled, true);
-    }
-    pthread_mutex_unlock(&sk->wake_lock);
+    wake_signal(&sk->wake);
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -182,8 +169,7 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
     sk->cfg = cfg;
     sk->on_report = on_report;
     sk->ctx = ctx;
-    sk->pipefd[0] = sk->pipefd[1] = -1;
-    pthread_mutex_init(&sk->wake_lock, NULL);
+    sk->wake.fd[0] = sk->wake.fd[1] = -1;
     sk->brokers_up = true;
     sk->last_topic = sk->last_topic_buf;
 
@@ -228,12 +214,10 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
     }
     conf = NULL; /* owned by rk now */
 
-    if (pipe(sk->pipefd) < 0) {
+    if (wake_init(&sk->wake) < 0) {
         snprintf(err, errlen, "cannot create a pipe for Kafka events");
         goto fail;
     }
-    fcntl(sk->pipefd[0], F_SETFL, O_NONBLOCK);
-    fcntl(sk->pipefd[1], F_SETFL, O_NONBLOCK);
     sk->mainq = rd_kafka_queue_get_main(sk->rk);
     rd_kafka_queue_cb_event_enable(sk->mainq, on_queue_event, sk);
     return sk;
@@ -244,11 +228,7 @@ fail:
     if (sk != NULL) {
         if (sk->rk != NULL)
             rd_kafka_destroy(sk->rk);
-        if (sk->pipefd[0] >= 0) {
-            close(sk->pipefd[0]);
-            close(sk->pipefd[1]);
-        }
-        pthread_mutex_destroy(&sk->wake_lock);
+        wake_destroy(&sk->wake);
         free(sk);
     }
     return NULL;
@@ -275,9 +255,7 @@ void sink_free(struct sink *sk, int timeout_ms)
     rd_kafka_queue_cb_event_enable(sk->mainq, NULL, NULL);
     rd_kafka_queue_destroy(sk->mainq);
     rd_kafka_destroy(sk->rk);
-    close(sk->pipefd[0]);
-    close(sk->pipefd[1]);
-    pthread_mutex_destroy(&sk->wake_lock);
+    wake_destroy(&sk->wake);
     free(sk);
 }
 
@@ -456,31 +434,15 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
 
 int sink_poll(struct sink *sk, int timeout_ms)
 {
-    /* Read the pipe only when a byte was written: an empty read on every
-     * call was a fifth of the relayer's system calls at 1,000 events/s.
-     * Drain and clear happen together under wake_lock, before serving: a
-     * report queued before the clear is served by the rd_kafka_poll()
-     * below, one queued after it finds the flag clear and writes again.
-     * (Clearing outside the lock lost wake-ups: a writer that had tested
-     * the flag, then wrote after our drain and set the flag after our
-     * clear, left it set over an empty pipe, so no later report woke the
-     * loop until its next timeout, up to --status-interval.) A flag read
-     * false while a writer is between its write and its store only defers
-     * the drain to the next call: the byte keeps the loop awake. */
-    if (atomic_load(&sk->signalled)) {
-        char drain[64];
-        pthread_mutex_lock(&sk->wake_lock);
-        while (read(sk->pipefd[0], drain, sizeof drain) > 0)
-            ;
-        atomic_store(&sk->signalled, false);
-        pthread_mutex_unlock(&sk->wake_lock);
-    }
+    /* Drained before serving: a report queued before the drain is served
+     * by the rd_kafka_poll() below, one queued after it signals again. */
+    wake_drain(&sk->wake);
     return rd_kafka_poll(sk->rk, timeout_ms);
 }
 
 int sink_fd(const struct sink *sk)
 {
-    return sk->pipefd[0];
+    return wake_fd(&sk->wake);
 }
 
 int sink_flush(struct sink *sk, int timeout_ms)
