@@ -272,8 +272,7 @@ static void request_rewind(struct relay *r, enum kafka_err_class cls, const char
     r->stats.rewinds++;
     if (r->metrics) {
         metrics_delivery_retried(r->metrics, kafka_err_class_name(cls));
-        if (cls != KAFKA_ERR_RETRIABLE)
-            metrics_set_delivery_waiting(r->metrics, kafka_err_class_name(cls));
+        metrics_set_delivery_waiting(r->metrics, kafka_err_class_name(cls));
     }
     log_warn("%s; nothing past it is confirmed: once the %zu deliveries in flight have "
              "reported, everything after slot position " LSN_FMT " is produced again, in "
