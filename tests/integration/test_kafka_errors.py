@@ -47,6 +47,7 @@ NO_PIPELINING = ["-X", "max.in.flight.requests.per.connection=1"]
 # the application (default action: permanent), although Kafka's protocol
 # marks them retriable.
 RETRIED_BY_LIBRDKAFKA = [
+    ("UNKNOWN_TOPIC_OR_PART", 3),       # on Produce: a partition moving
     ("LEADER_NOT_AVAILABLE", 5),
     ("NOT_LEADER_FOR_PARTITION", 6),
     ("REQUEST_TIMED_OUT", 7),
