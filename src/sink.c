@@ -23,14 +23,12 @@
  */
 #include "outbox_relay/sink.h"
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
