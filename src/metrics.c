@@ -51,6 +51,11 @@ static const char *const wal_statuses[] = {"reserved", "extended", "unreserved",
 #define MAX_TOPICS 512
 #define OTHER_TOPIC "_other"
 
+/* Why deliveries are produced again (relay.c's rewinds, kafka_errors.h's
+ * classes that are waited out): one series each, always present. */
+static const char *const retry_reasons[] = {"retriable", "topic_missing", "authorization"};
+#define NREASONS (sizeof retry_reasons / sizeof retry_reasons[0])
+
 struct topic_counts {
     char *name;
     uint64_t published;
@@ -67,6 +72,8 @@ struct metrics {
     uint64_t delivery_errors;
     uint64_t dead_lettered;
     uint64_t reconnects;
+    uint64_t retries[NREASONS];
+    int waiting; /* index into retry_reasons, -1 = not waiting */
 
     uint64_t buckets[NBUCKETS]; /* per bucket, not cumulative */
     uint64_t latency_count;     /* observations, including those above 60 s */
@@ -112,6 +119,7 @@ struct metrics *metrics_new(const char *slot)
         return NULL;
     }
     m->started = wall_now();
+    m->waiting = -1;
     m->status = -1;
     return m;
 }
@@ -201,6 +209,33 @@ void metrics_event_delivered(struct metrics *m, const char *topic, double latenc
 COUNTER_FN(metrics_delivery_error, delivery_errors)
 COUNTER_FN(metrics_dead_lettered, dead_lettered)
 COUNTER_FN(metrics_reconnected, reconnects)
+
+static int reason_index(const char *reason)
+{
+    for (size_t i = 0; reason != NULL && i < NREASONS; i++)
+        if (strcmp(retry_reasons[i], reason) == 0)
+            return (int) i;
+    return -1;
+}
+
+void metrics_delivery_retried(struct metrics *m, const char *reason)
+{
+    int i = reason_index(reason);
+    if (m == NULL || i < 0)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->retries[i]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_set_delivery_waiting(struct metrics *m, const char *reason)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->waiting = reason_index(reason);
+    pthread_mutex_unlock(&m->mu);
+}
 
 void metrics_set_inflight(struct metrics *m, size_t events, size_t bytes)
 {
@@ -467,6 +502,20 @@ static void render(struct buf *b, const struct metrics *m)
            "Poison events sent to the dead-letter topic.");
     bprintf(b, "outbox_relay_events_dead_lettered_total");
     value_u(b, m->dead_lettered);
+    header(b, "outbox_relay_delivery_retries_total", "counter",
+           "Times the relayer re-produced everything unconfirmed after a delivery error that "
+           "is waited out, by reason (retriable broker error, topic missing, authorization).");
+    for (size_t i = 0; i < NREASONS; i++) {
+        bprintf(b, "outbox_relay_delivery_retries_total{reason=\"%s\"}", retry_reasons[i]);
+        value_u(b, m->retries[i]);
+    }
+    header(b, "outbox_relay_delivery_waiting", "gauge",
+           "1 for the reason deliveries are stuck on (topic missing, authorization, "
+           "retriable broker error) until one gets through again; nothing is confirmed past "
+           "the event meanwhile.");
+    for (size_t i = 0; i < NREASONS; i++)
+        bprintf(b, "outbox_relay_delivery_waiting{reason=\"%s\"} %d\n", retry_reasons[i],
+                m->waiting == (int) i ? 1 : 0);
     render_latency(b, m);
 
     header(b, "outbox_relay_inflight_events", "gauge",

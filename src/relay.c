@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <libpq-fe.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +40,27 @@
  * their tokens carry this bit. The stream tracker's tokens count up from 1
  * and never reach it. */
 #define BACKFILL_TOKEN ((uint64_t) 1 << 63)
+static bool is_backfill(uint64_t token)
+{
+    return (token & BACKFILL_TOKEN) != 0;
+}
 
-enum session_rc { SESSION_STOP = 1 };
+#define REWIND_MIN 0.2      /* s before the first re-production after a rewind */
+#define AUTH_GRACE 30.0     /* s an authorization refusal may last, without any
+                               progress, before it counts as permanent */
+
+enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2 };
+
+/* A poison event's failed report, kept until the loop sends its dead letter
+ * (the report's buffers die when the callback returns). */
+struct dead_letter_job {
+    struct dead_letter_job *next;
+    uint64_t token;
+    lsn_t lsn;
+    char *event_id, *type, *topic, *error;
+    char *key, *value; /* may be NULL */
+    size_t key_len, value_len;
+};
 
 /* Whether a table of the outbox's schema is a partition of the outbox. */
 struct partition {
@@ -69,6 +89,16 @@ struct relay {
     int64_t tx_commit_us; /* commit time of the open transaction, 0 unknown */
     struct partition *partitions; /* tables of the outbox's schema seen so far */
     size_t npartitions;
+    struct dead_letter_job *dl_head, *dl_tail; /* poison reports, oldest first */
+    /* Rewind (see the top of the file): asked for by a delivery error that
+     * is waited out, carried out once nothing is in flight. */
+    bool rewind;
+    enum kafka_err_class rewind_class;
+    char rewind_why[RELAY_ERRLEN];
+    double rewind_backoff;  /* s, the next pause before re-producing */
+    lsn_t rewind_progress;  /* confirmed position at the previous rewind */
+    double auth_since;      /* monotonic s of the first authorization rewind
+                               without progress since; 0 = none */
     bool fatal;
     char errstr[RELAY_ERRLEN];
 };
@@ -100,8 +130,13 @@ static void set_fatal(struct relay *r, const char *fmt, ...)
     r->fatal = true;
 }
 
+static void keep_status(struct relay *r);
+static void request_rewind(struct relay *r, enum kafka_err_class cls, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Sends a poison event to the dead-letter topic under the same token, so
- * that its delivery report acks the original event. Returns 0 or -1. */
+ * that its delivery report acks the original event. Returns 0, 1 when it
+ * cannot be produced now but later can (a rewind was asked for), or -1. */
 static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const char *event_id,
                        const char *type, const char *topic, const char *key, size_t key_len,
                        const char *value, size_t value_len, const char *error)
@@ -120,8 +155,16 @@ static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const c
     while (rc == SINK_FULL && !*r->stop) {
         rc = sink_produce_raw(r->sink, r->cfg->dead_letter_topic, key, key_len, value,
                               value_len, headers, 6, token);
-        if (rc == SINK_FULL)
+        if (rc == SINK_FULL) {
             sink_poll(r->sink, 100);
+            keep_status(r);
+        }
+    }
+    if (rc == SINK_RETRY && !is_backfill(token)) {
+        request_rewind(r, sink_err_class(r->sink),
+                       "event_id=%s type=%s lsn=%s: cannot produce its dead letter to %s now: %s",
+                       event_id, type, lsn, r->cfg->dead_letter_topic, sink_errstr(r->sink));
+        return 1;
     }
     if (rc != SINK_OK)
         return -1;
@@ -131,6 +174,128 @@ static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const c
     log_warn("event_id=%s type=%s lsn=%s: poison event; producing it to dead-letter topic %s: %s",
              event_id, type, lsn, r->cfg->dead_letter_topic, error);
     return 0;
+}
+
+static void dead_letter_job_free(struct dead_letter_job *j)
+{
+    free(j->event_id);
+    free(j->type);
+    free(j->topic);
+    free(j->error);
+    free(j->key);
+    free(j->value);
+    free(j);
+}
+
+static char *dup_bytes(const char *p, size_t n)
+{
+    char *c = malloc(n + 1);
+    if (c != NULL) {
+        if (n)
+            memcpy(c, p, n);
+        c[n] = '\0';
+    }
+    return c;
+}
+
+/* Keeps a poison report for the loop. Returns 0 or -1 (out of memory). */
+static int queue_dead_letter(struct relay *r, uint64_t token, lsn_t lsn,
+                             const struct sink_report *rep)
+{
+    struct dead_letter_job *j = calloc(1, sizeof *j);
+    if (j == NULL)
+        return -1;
+    j->token = token;
+    j->lsn = lsn;
+    j->event_id = strdup(rep->event_id);
+    j->type = strdup(rep->event_type);
+    j->topic = strdup(rep->topic);
+    j->error = strdup(rep->errstr);
+    j->key = rep->key ? dup_bytes(rep->key, rep->key_len) : NULL;
+    j->key_len = rep->key ? rep->key_len : 0;
+    j->value = rep->value ? dup_bytes(rep->value, rep->value_len) : NULL;
+    j->value_len = rep->value ? rep->value_len : 0;
+    if (!j->event_id || !j->type || !j->topic || !j->error || (rep->key && !j->key) ||
+        (rep->value && !j->value)) {
+        dead_letter_job_free(j);
+        return -1;
+    }
+    if (r->dl_tail)
+        r->dl_tail->next = j;
+    else
+        r->dl_head = j;
+    r->dl_tail = j;
+    return 0;
+}
+
+/* Sends the queued dead letters. A job whose token is no longer live (a
+ * rewind or reconnect since: the event comes again from the server) or
+ * that arrives while a rewind is pending is dropped, not sent: the event is
+ * produced again anyway. Backfill's jobs (is_backfill) always go out. */
+static void serve_dead_letters(struct relay *r)
+{
+    while (r->dl_head != NULL && !r->fatal) {
+        struct dead_letter_job *j = r->dl_head;
+        r->dl_head = j->next;
+        if (r->dl_head == NULL)
+            r->dl_tail = NULL;
+        bool live = is_backfill(j->token) || (tracker_token_live(r->tracker, j->token) && !r->rewind);
+        if (live && dead_letter(r, j->token, j->lsn, j->event_id, j->type, j->topic, j->key,
+                                j->key_len, j->value, j->value_len, j->error) < 0)
+            set_fatal(r,
+                      "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT ": %s; "
+                      "its dead letter cannot be produced to %s either: %s; the slot stays at "
+                      LSN_FMT " and nothing after this event is confirmed. Fix the cause and "
+                      "restart", j->event_id, j->type, j->topic, LSN_ARGS(j->lsn), j->error,
+                      r->cfg->dead_letter_topic, sink_errstr(r->sink),
+                      LSN_ARGS(tracker_confirmed(r->tracker)));
+        dead_letter_job_free(j);
+    }
+}
+
+static void drop_dead_letters(struct relay *r)
+{
+    while (r->dl_head != NULL) {
+        struct dead_letter_job *j = r->dl_head;
+        r->dl_head = j->next;
+        dead_letter_job_free(j);
+    }
+    r->dl_tail = NULL;
+}
+
+/* Serves delivery reports for at most timeout_ms, then what they left for
+ * the loop. Every wait of the relay goes through here. */
+static int serve(struct relay *r, int timeout_ms)
+{
+    int n = sink_poll(r->sink, timeout_ms);
+    serve_dead_letters(r);
+    return n;
+}
+
+/* Asks for a rewind (see the top of the file); the first cause is kept. */
+static void request_rewind(struct relay *r, enum kafka_err_class cls, const char *fmt, ...)
+{
+    if (r->rewind)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->rewind_why, sizeof r->rewind_why, fmt, ap);
+    va_end(ap);
+    r->rewind = true;
+    r->rewind_class = cls;
+    r->stats.rewinds++;
+    if (r->metrics) {
+        metrics_delivery_retried(r->metrics, kafka_err_class_name(cls));
+        metrics_set_delivery_waiting(r->metrics, kafka_err_class_name(cls));
+    }
+    log_warn("%s; nothing past it is confirmed: once the %zu deliveries in flight have "
+             "reported, everything after slot position " LSN_FMT " is produced again, in "
+             "commit order (%s)", r->rewind_why, sink_inflight(r->sink),
+             LSN_ARGS(tracker_confirmed(r->tracker)),
+             cls == KAFKA_ERR_TOPIC_WAIT ? "waiting for the topic to exist; create it or "
+                                           "enable auto-creation"
+             : cls == KAFKA_ERR_AUTH ? "waiting for the authorization; grant the ACL"
+                                     : "a retriable broker error");
 }
 
 /* The position to name for a reported event: its transaction's commit
@@ -161,23 +326,38 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     r->stats.delivery_errors++;
     if (r->metrics)
         metrics_delivery_error(r->metrics);
+    if (!is_backfill(token) && !tracker_token_live(r->tracker, token)) {
+        /* From before a rewind or reconnect: the server sends the event
+         * again (it was never confirmed), and that copy is tracked. */
+        log_debug("event_id=%s topic=%s: delivery failed (%s) for an earlier round; produced "
+                  "again since", rep->event_id, rep->topic, rep->errstr);
+        return;
+    }
     lsn_t lsn = report_lsn(r, token);
+    if (!is_backfill(token) && kafka_err_waits(rep->cls)) {
+        request_rewind(r, rep->cls,
+                       "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT ": %s "
+                       "(%s)", rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn),
+                       rep->errstr, kafka_err_class_name(rep->cls));
+        return;
+    }
+    if (rep->poison && r->rewind)
+        return; /* produced again after the rewind, and judged then */
     if (r->cfg->on_poison == POISON_DEAD_LETTER && rep->poison &&
         strcmp(rep->topic, r->cfg->dead_letter_topic) != 0 &&
-        dead_letter(r, token, report_lsn(r, token), rep->event_id, rep->event_type, rep->topic,
-                    rep->key,
-                    rep->key_len, rep->value, rep->value_len, rep->errstr) == 0)
+        queue_dead_letter(r, token, lsn, rep) == 0)
         return;
     set_fatal(r,
               "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT ": %s; the slot "
               "stays at " LSN_FMT " and nothing after this event is confirmed. %s",
               rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn), rep->errstr,
               LSN_ARGS(tracker_confirmed(r->tracker)),
-              rep->poison && r->cfg->on_poison == POISON_HALT
+              is_backfill(token) ? "It was a backfill delivery: the backfill stays "
+                                   "unfinished and the next start redoes or resumes it"
+              : rep->poison && r->cfg->on_poison == POISON_HALT
                   ? "Fix the cause and restart, or run with --on-poison dead-letter"
               : rep->poison ? "The dead-letter topic refused it too: fix the cause and restart"
-                          : "Restart to send it again (if message.timeout.ms is set, leave it "
-                            "at 0 so outages make deliveries wait instead of fail)");
+                            : "The producer, not the event, failed: restart to send it again");
 }
 
 static bool window_open(const struct relay *r);
@@ -191,7 +371,7 @@ static int backfill_emit(void *ctx, const struct outbox_event *ev, uint64_t n)
 {
     struct relay *r = ctx;
     while (!window_open(r) && !*r->stop && !r->fatal)
-        sink_poll(r->sink, 100);
+        serve(r, 100);
     if (*r->stop || r->fatal)
         return -1;
     uint64_t token = tracker_add_single(r->bf_tracker, r->bf_base + n);
@@ -213,7 +393,7 @@ static uint64_t backfill_acked(void *ctx)
 static int backfill_serve(void *ctx, int timeout_ms)
 {
     struct relay *r = ctx;
-    sink_poll(r->sink, timeout_ms);
+    serve(r, timeout_ms); /* dead letters of backfilled rows ack them too */
     if (sink_fatal(r->sink))
         set_fatal(r, "%s", sink_errstr(r->sink));
     return *r->stop || r->fatal ? -1 : 0;
@@ -357,6 +537,7 @@ void relay_free(struct relay *r)
     if (r == NULL)
         return;
     sink_free(r->sink, 0);
+    drop_dead_letters(r);
     stream_free(r->stream);
     backfill_free(r->backfill);
     tracker_free(r->tracker);
@@ -374,9 +555,11 @@ const struct relay_stats *relay_stats(const struct relay *r)
     return &r->stats;
 }
 
+/* Whether to read more WAL: not while a rewind waits for the deliveries in
+ * flight (what would be read is read again after it). */
 static bool window_open(const struct relay *r)
 {
-    return sink_inflight(r->sink) < (size_t) r->cfg->max_inflight &&
+    return !r->rewind && sink_inflight(r->sink) < (size_t) r->cfg->max_inflight &&
            sink_inflight_bytes(r->sink) < (size_t) r->cfg->max_inflight_bytes;
 }
 
@@ -410,19 +593,42 @@ static double status_due_in(const struct relay *r, double now, bool blocked)
     return due > 0 ? due : 0;
 }
 
-/* Produces one event, waiting out a full librdkafka queue. Poison events are
- * dead-lettered or halt the relay, by policy. */
+/* For waits inside one step of the loop (a full librdkafka queue, the
+ * shutdown flush): sends a status update when one is due, as the loop
+ * would, so a long Kafka outage does not let wal_sender_timeout end the
+ * connection. Only while replication runs (not during a backfill, whose
+ * connection is busy exporting the snapshot). A failed send is left for
+ * the loop's next read to find. */
+static void keep_status(struct relay *r)
+{
+    if (!stream_streaming(r->stream))
+        return;
+    double now = now_s();
+    if (status_due_in(r, now, true) > 0)
+        return;
+    if (send_status(r, now) < 0) {
+        r->last_status = now; /* not again before the next interval */
+        log_debug("%s", stream_errstr(r->stream));
+    }
+}
+
+/* Produces one event, waiting out a full librdkafka queue (serving reports
+ * and sending status updates meanwhile). Poison events are dead-lettered or
+ * halt the relay, by policy; events that cannot be produced now (topic
+ * unknown or unauthorized as far as the metadata says) start a rewind. */
 static void produce_event(struct relay *r, const struct outbox_event *ev, uint64_t token)
 {
     int rc = SINK_FULL;
     while (rc == SINK_FULL && !*r->stop) {
         rc = sink_produce(r->sink, ev, token);
-        if (rc == SINK_FULL)
+        if (rc == SINK_FULL) {
             sink_poll(r->sink, 100);
+            keep_status(r);
+        }
     }
     if (rc == SINK_OK) {
         r->stats.events_produced++;
-        if (r->tx_commit_us)
+        if (r->tx_commit_us && !is_backfill(token))
             tracker_stamp(r->tracker, token, r->tx_commit_us);
         if (r->metrics)
             metrics_event_produced(r->metrics, sink_last_topic(r->sink));
@@ -430,6 +636,14 @@ static void produce_event(struct relay *r, const struct outbox_event *ev, uint64
     }
     if (rc == SINK_FULL)
         return; /* stopping; unconfirmed, so it is sent again next run */
+    if (rc == SINK_RETRY && !is_backfill(token)) {
+        request_rewind(r, sink_err_class(r->sink), "slot=%s lsn=" LSN_FMT ": cannot produce "
+                       "now: %s (%s)", r->cfg->slot, LSN_ARGS(ev->lsn), sink_errstr(r->sink),
+                       kafka_err_class_name(sink_err_class(r->sink)));
+        return; /* its group waits for an ack that never comes: not confirmed */
+    }
+    if (rc == SINK_POISON && r->rewind)
+        return; /* produced again after the rewind, and judged then */
     if (rc == SINK_POISON && r->cfg->on_poison == POISON_DEAD_LETTER) {
         char *type = strndup(ev->type ? ev->type : "", ev->type_len);
         int dl = type ? dead_letter(r, token, ev->lsn, ev->event_id, type,
@@ -438,7 +652,7 @@ static void produce_event(struct relay *r, const struct outbox_event *ev, uint64
                                     sink_errstr(r->sink))
                       : -1;
         free(type);
-        if (dl == 0)
+        if (dl >= 0)
             return;
     }
     set_fatal(r, "slot=%s lsn=" LSN_FMT ": cannot produce: %s; nothing from here on is "
@@ -514,7 +728,7 @@ static void undecodable(struct relay *r, uint64_t token, const struct wire_msg *
         char id[40];
         snprintf(id, sizeof id, "lsn-" LSN_FMT, LSN_ARGS(msg->wal_start));
         if (dead_letter(r, token, msg->wal_start, id, "", "", NULL, 0, msg->data, msg->data_len,
-                        why) == 0)
+                        why) >= 0)
             return;
     }
     set_fatal(r, "slot=%s lsn=" LSN_FMT ": undecodable outbox change: %s", r->cfg->slot,
@@ -625,6 +839,8 @@ static void publish_gauges(struct relay *r, bool streaming)
     metrics_set_oldest_pending_age(r->metrics, age > 0 ? age : 0);
     metrics_set_state(r->metrics, stream_connected(r->stream), streaming,
                       sink_brokers_up(r->sink));
+    if (!r->rewind && r->stats.rewinds && tracker_confirmed(r->tracker) > r->rewind_progress)
+        metrics_set_delivery_waiting(r->metrics, NULL); /* got through again */
 }
 
 /* Streams until stop, a fatal error or a lost connection. */
@@ -636,13 +852,15 @@ static int session(struct relay *r)
     for (;;) {
         if (*r->stop)
             return SESSION_STOP;
-        sink_poll(r->sink, 0);
+        serve(r, 0);
         if (r->fatal)
             return STREAM_FATAL;
         if (sink_fatal(r->sink)) {
             set_fatal(r, "%s", sink_errstr(r->sink));
             return STREAM_FATAL;
         }
+        if (r->rewind && sink_inflight(r->sink) == 0)
+            return SESSION_REWIND;
 
         bool reading = window_open(r);
         for (int n = 1; reading && !r->fatal; n++) {
@@ -653,7 +871,7 @@ static int session(struct relay *r)
                 return rc;
             handle_frame(r, &msg);
             if (n % READ_BATCH == 0) {
-                sink_poll(r->sink, 0);
+                serve(r, 0);
                 if (*r->stop)
                     return SESSION_STOP;
                 if (status_due_in(r, now_s(), false) == 0 && send_status(r, now_s()) < 0)
@@ -699,7 +917,7 @@ static void pause_serving(struct relay *r, double seconds)
         double left = end - now_s();
         if (left <= 0)
             break;
-        sink_poll(r->sink, left > 0.2 ? 200 : (int) (left * 1000) + 1);
+        serve(r, left > 0.2 ? 200 : (int) (left * 1000) + 1);
     }
 }
 
@@ -708,15 +926,67 @@ static double jitter(double base)
     return base * (0.5 + (double) rand() / RAND_MAX / 2); /* 50-100 % of base */
 }
 
+/* Carries out a rewind once nothing is in flight: the final status update,
+ * a clean end of the replication connection, a pause (REWIND_MIN, doubled
+ * while no rewind in between made progress, capped at --reconnect-max),
+ * and relay_run starts replication again from the confirmed position.
+ * An authorization refusal that lasts AUTH_GRACE without any progress is
+ * permanent: fatal, not poison (the event is not at fault). */
+static void rewind_replication(struct relay *r)
+{
+    lsn_t confirmed = tracker_confirmed(r->tracker);
+    double now = now_s();
+    bool progress = confirmed > r->rewind_progress;
+    r->rewind_progress = confirmed;
+    if (progress || r->rewind_backoff == 0)
+        r->rewind_backoff = REWIND_MIN;
+    else if ((r->rewind_backoff *= 2) > r->cfg->reconnect_max)
+        r->rewind_backoff = r->cfg->reconnect_max;
+    if (progress || r->rewind_class != KAFKA_ERR_AUTH)
+        r->auth_since = 0;
+    if (r->rewind_class == KAFKA_ERR_AUTH && r->auth_since == 0)
+        r->auth_since = now;
+    if (stream_streaming(r->stream) && send_status(r, now) < 0)
+        log_warn("%s", stream_errstr(r->stream));
+    stream_stop(r->stream, 5000);
+    drop_dead_letters(r);
+    r->rewind = false;
+    if (r->rewind_class == KAFKA_ERR_AUTH && now - r->auth_since >= AUTH_GRACE) {
+        set_fatal(r, "%s; still refused after %.0f s without any delivery getting through: "
+                  "a permanent authorization failure, not the event's fault, so it is not "
+                  "dead-lettered. The slot stays at " LSN_FMT "; grant the ACL and restart",
+                  r->rewind_why, now - r->auth_since, LSN_ARGS(confirmed));
+        return;
+    }
+    log_info("slot=%s lsn=" LSN_FMT ": producing everything after the confirmed position "
+             "again in about %.1f s", r->cfg->slot, LSN_ARGS(confirmed), r->rewind_backoff);
+    publish_gauges(r, false);
+    pause_serving(r, jitter(r->rewind_backoff));
+}
+
 /* Stops cleanly: no more reading; wait (bounded) for outstanding deliveries
  * while acking them; tell the server the final confirmed position. */
 static void finish(struct relay *r)
 {
-    int timeout_ms = (int) (r->cfg->shutdown_timeout * 1000);
     if (sink_inflight(r->sink) > 0)
         log_info("waiting up to %.0f s for %zu outstanding deliveries",
                  r->cfg->shutdown_timeout, sink_inflight(r->sink));
-    if (sink_flush(r->sink, timeout_ms) < 0)
+    /* In steps, so that status updates go on (a flush longer than
+     * wal_sender_timeout would otherwise lose the connection and, with it,
+     * the final confirmation) and dead letters go out. */
+    if (r->fatal)
+        drop_dead_letters(r); /* nothing more is confirmed anyway */
+    double end = now_s() + r->cfg->shutdown_timeout;
+    int flushed = -1;
+    for (;;) {
+        double left = end - now_s();
+        flushed = sink_flush(r->sink, left <= 0 ? 0 : left > 0.2 ? 200 : (int) (left * 1000) + 1);
+        serve_dead_letters(r);
+        keep_status(r);
+        if ((flushed == 0 && r->dl_head == NULL) || left <= 0)
+            break;
+    }
+    if (flushed < 0 || r->dl_head != NULL)
         log_warn("%zu deliveries still outstanding after %.0f s; their events are not "
                  "confirmed and will be sent again by the next run",
                  sink_inflight(r->sink), r->cfg->shutdown_timeout);
@@ -810,10 +1080,17 @@ int relay_run(struct relay *r)
         waiting_logged = false;
         backoff = 0.5;
         stream_set_create_slot(r->stream, false);
+        r->rewind = false; /* this session starts at the confirmed position anyway */
 
         rc = session(r);
         if (rc == SESSION_STOP)
             break;
+        if (rc == SESSION_REWIND) {
+            rewind_replication(r);
+            if (r->fatal)
+                break;
+            continue;
+        }
         if (rc == STREAM_FATAL) {
             if (!r->fatal)
                 set_fatal(r, "%s", stream_errstr(r->stream));

@@ -8,7 +8,7 @@
  * unusable. Pending reports are signalled on a pipe, so the main loop can
  * wait on PostgreSQL's socket and Kafka at once: librdkafka calls
  * on_queue_event() when its main queue becomes non-empty, which writes a
- * byte unless one is already waiting (the `signalled` flag).
+ * byte unless one is already waiting (wake.h says how no wake-up is lost).
  *
  * The hot path is measured (bench/run.sh, docs/benchmarks.md):
  *  - events go out through a topic handle cached per event type, not by
@@ -23,18 +23,16 @@
  */
 #include "outbox_relay/sink.h"
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/wake.h"
 
 /* Topic handles by event type: open addressing, at most half full, so a
  * lookup ends at the entry or at an empty slot within a few probes. Types
@@ -53,8 +51,7 @@ struct sink {
     const struct relay_config *cfg;
     rd_kafka_t *rk;
     rd_kafka_queue_t *mainq;
-    int pipefd[2];
-    atomic_bool signalled; /* a byte was written to pipefd and not drained */
+    struct wake wake; /* readable while reports wait (on_queue_event) */
     sink_report_fn on_report;
     void *ctx;
     size_t inflight;
@@ -67,6 +64,7 @@ struct sink {
     char last_topic_buf[256];
     size_t ntopics;
     struct topic_entry topics[TOPIC_SLOTS];
+    enum kafka_err_class err_class; /* of the last refused produce */
     char errstr[SINK_ERRLEN];
 };
 
@@ -82,27 +80,6 @@ static void header_str(rd_kafka_headers_t *hdrs, const char *name, char *dst, si
             size = cap - 1;
         memcpy(dst, val, size);
         dst[size] = '\0';
-    }
-}
-
-/* Errors that say the record itself can never be delivered. */
-static bool error_is_poison(rd_kafka_resp_err_t e)
-{
-    switch (e) {
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG:
-    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
-    case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
-        return true;
-    default:
-        return false;
     }
 }
 
@@ -131,7 +108,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     struct sink_report rep = {
         .err = m->err,
         .errstr = m->err ? rd_kafka_err2str(m->err) : "",
-        .poison = m->err && error_is_poison(m->err),
+        .cls = kafka_err_classify(m->err),
+        .poison = kafka_err_classify(m->err) == KAFKA_ERR_POISON,
         .event_id = event_id,
         .event_type = event_type,
         .topic = m->rkt ? rd_kafka_topic_name(m->rkt) : "",
@@ -148,16 +126,12 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 /* Called by librdkafka, from any of its threads and under its queue lock,
  * when the main queue goes from empty to non-empty. One byte in the pipe is
- * enough to wake the main loop; sink_poll() drains it. Two threads racing
- * here may both write: the drain reads everything. */
+ * enough to wake the main loop; sink_poll() drains it. The wake's lock is a
+ * leaf lock, so taking it under librdkafka's queue lock cannot deadlock. */
 static void on_queue_event(rd_kafka_t *rk, void *opaque)
 {
     struct sink *sk = opaque;
-    if (!atomic_load(&sk->signalled)) {
-        ssize_t w = write(sk->pipefd[1], "1", 1);
-        (void) w; /* full pipe: a byte is waiting anyway */
-        atomic_store(&sk->signalled, true);
-    }
+    wake_signal(&sk->wake);
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -193,7 +167,7 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
     sk->cfg = cfg;
     sk->on_report = on_report;
     sk->ctx = ctx;
-    sk->pipefd[0] = sk->pipefd[1] = -1;
+    sk->wake.fd[0] = sk->wake.fd[1] = -1;
     sk->brokers_up = true;
     sk->last_topic = sk->last_topic_buf;
 
@@ -238,12 +212,10 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
     }
     conf = NULL; /* owned by rk now */
 
-    if (pipe(sk->pipefd) < 0) {
+    if (wake_init(&sk->wake) < 0) {
         snprintf(err, errlen, "cannot create a pipe for Kafka events");
         goto fail;
     }
-    fcntl(sk->pipefd[0], F_SETFL, O_NONBLOCK);
-    fcntl(sk->pipefd[1], F_SETFL, O_NONBLOCK);
     sk->mainq = rd_kafka_queue_get_main(sk->rk);
     rd_kafka_queue_cb_event_enable(sk->mainq, on_queue_event, sk);
     return sk;
@@ -254,10 +226,7 @@ fail:
     if (sk != NULL) {
         if (sk->rk != NULL)
             rd_kafka_destroy(sk->rk);
-        if (sk->pipefd[0] >= 0) {
-            close(sk->pipefd[0]);
-            close(sk->pipefd[1]);
-        }
+        wake_destroy(&sk->wake);
         free(sk);
     }
     return NULL;
@@ -284,11 +253,14 @@ void sink_free(struct sink *sk, int timeout_ms)
     rd_kafka_queue_cb_event_enable(sk->mainq, NULL, NULL);
     rd_kafka_queue_destroy(sk->mainq);
     rd_kafka_destroy(sk->rk);
-    close(sk->pipefd[0]);
-    close(sk->pipefd[1]);
+    wake_destroy(&sk->wake);
     free(sk);
 }
 
+/* A refused rd_kafka_producev(): QUEUE_FULL is backpressure; a topic whose
+ * metadata says unknown or unauthorized (librdkafka fails those at once
+ * after its first look) is waited out; the record's own faults (too large,
+ * invalid topic) are poison; the rest is the producer's. */
 static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic,
                        const char *event_id)
 {
@@ -296,9 +268,21 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
         return SINK_FULL;
     snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s topic=%s: produce failed: %s (%s)",
              event_id, topic, rd_kafka_err2str(e), rd_kafka_err2name(e));
-    if (e == RD_KAFKA_RESP_ERR__FATAL || sk->fatal)
+    sk->err_class = kafka_err_classify(e);
+    if (e == RD_KAFKA_RESP_ERR__FATAL || sk->fatal) {
+        sk->err_class = KAFKA_ERR_FATAL;
         return SINK_FATAL;
-    return SINK_POISON;
+    }
+    switch (sk->err_class) {
+    case KAFKA_ERR_POISON:
+        return SINK_POISON;
+    case KAFKA_ERR_RETRIABLE:
+    case KAFKA_ERR_TOPIC_WAIT:
+    case KAFKA_ERR_AUTH:
+        return SINK_RETRY;
+    default:
+        return SINK_FATAL;
+    }
 }
 
 static uint64_t type_hash(const char *s, size_t n)
@@ -368,10 +352,14 @@ static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_to
 int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
 {
     rd_kafka_topic_t *rkt;
-    if (sk->fatal)
+    if (sk->fatal) {
+        sk->err_class = KAFKA_ERR_FATAL;
         return SINK_FATAL;
-    if (topic_for(sk, ev, &rkt) != SINK_OK)
+    }
+    if (topic_for(sk, ev, &rkt) != SINK_OK) {
+        sk->err_class = KAFKA_ERR_POISON;
         return SINK_POISON;
+    }
     const char *topic = sk->last_topic;
     size_t bytes = ev->aggregate_id_len + ev->payload_len;
     size_t hdr_bytes = strlen(ev->event_id) + ev->type_len + ev->created_at_len + 64;
@@ -380,6 +368,7 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
                  "event_id=%s type=\"%.*s\" topic=%s: event of %zu bytes is larger than "
                  "message.max.bytes (%zu)", ev->event_id, (int) ev->type_len, ev->type, topic,
                  bytes + hdr_bytes, sk->max_message_bytes);
+        sk->err_class = KAFKA_ERR_POISON;
         return SINK_POISON;
     }
 
@@ -416,8 +405,10 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
                      const char *value, size_t value_len, const char *const *headers,
                      size_t nheaders, uint64_t token)
 {
-    if (sk->fatal)
+    if (sk->fatal) {
+        sk->err_class = KAFKA_ERR_FATAL;
         return SINK_FATAL;
+    }
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(nheaders);
     for (size_t i = 0; i < nheaders; i++)
         rd_kafka_header_add(hdrs, headers[2 * i], -1, headers[2 * i + 1], -1);
@@ -441,23 +432,15 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
 
 int sink_poll(struct sink *sk, int timeout_ms)
 {
-    /* Read the pipe only when a byte was written: an empty read on every
-     * call was a fifth of the relayer's system calls at 1,000 events/s. The
-     * flag is cleared before serving, so a report queued meanwhile writes
-     * again; one written but not yet flagged is drained on the next call
-     * (the main loop's poll returns at once until then). */
-    if (atomic_load(&sk->signalled)) {
-        char drain[64];
-        atomic_store(&sk->signalled, false);
-        while (read(sk->pipefd[0], drain, sizeof drain) > 0)
-            ;
-    }
+    /* Drained before serving: a report queued before the drain is served
+     * by the rd_kafka_poll() below, one queued after it signals again. */
+    wake_drain(&sk->wake);
     return rd_kafka_poll(sk->rk, timeout_ms);
 }
 
 int sink_fd(const struct sink *sk)
 {
-    return sk->pipefd[0];
+    return wake_fd(&sk->wake);
 }
 
 int sink_flush(struct sink *sk, int timeout_ms)
@@ -508,4 +491,9 @@ const char *sink_last_topic(const struct sink *sk)
 const char *sink_errstr(const struct sink *sk)
 {
     return sk->errstr;
+}
+
+enum kafka_err_class sink_err_class(const struct sink *sk)
+{
+    return sk->err_class;
 }

@@ -202,6 +202,11 @@ uint64_t tracker_add_single(struct tracker *t, lsn_t end_lsn)
     return seq;
 }
 
+bool tracker_token_live(const struct tracker *t, uint64_t token)
+{
+    return token != 0 && token_live(t, token);
+}
+
 int tracker_ack(struct tracker *t, uint64_t token)
 {
     struct group *g;

@@ -36,6 +36,13 @@ void metrics_event_delivered(struct metrics *m, const char *topic, double latenc
 void metrics_delivery_error(struct metrics *m);
 void metrics_dead_lettered(struct metrics *m);
 void metrics_reconnected(struct metrics *m);
+/* The relayer re-produces everything unconfirmed after a delivery error of
+ * reason "retriable", "topic_missing" or "authorization" (other strings are
+ * ignored). */
+void metrics_delivery_retried(struct metrics *m, const char *reason);
+/* What deliveries are stuck on (one of the reasons above), NULL when
+ * nothing is. */
+void metrics_set_delivery_waiting(struct metrics *m, const char *reason);
 void metrics_set_inflight(struct metrics *m, size_t events, size_t bytes);
 void metrics_set_confirmed_lsn(struct metrics *m, lsn_t lsn);
 void metrics_set_received_lsn(struct metrics *m, lsn_t lsn);

@@ -1,7 +1,9 @@
 /*
  * relay.h — the relay itself: ties the replication stream, the wal2json
  * decoder, the ack tracker and the Kafka sink together, and rides out
- * connection losses with a capped, jittered exponential backoff.
+ * connection losses with a capped, jittered exponential backoff, and
+ * delivery errors that are waited out (kafka_errors.h) by producing again
+ * from the confirmed position.
  *
  * The guarantee it keeps: the slot's confirmed position only moves past a
  * transaction once every event of it and of every transaction before it has
@@ -24,6 +26,8 @@ struct relay_stats {
     uint64_t delivery_errors;
     uint64_t dead_lettered;
     uint64_t reconnects;
+    uint64_t rewinds; /* re-productions from the confirmed position after a
+                         delivery error that is waited out */
     lsn_t received_lsn;
     lsn_t confirmed_lsn;
 };

@@ -20,6 +20,7 @@
 
 #include "outbox_relay/config.h"
 #include "outbox_relay/decoder.h"
+#include "outbox_relay/kafka_errors.h"
 
 #define SINK_ERRLEN 512
 
@@ -27,17 +28,22 @@ enum sink_rc {
     SINK_OK = 0,
     SINK_FULL = -1,   /* librdkafka's queue is full: poll, then try again */
     SINK_POISON = -2, /* this event can never be produced (bad topic, too big) */
-    SINK_FATAL = -3   /* the producer is unusable (fatal idempotence error, …) */
+    SINK_FATAL = -3,  /* the producer is unusable (fatal idempotence error, …) */
+    SINK_RETRY = -4   /* not now, but not the event's fault either: the topic
+                         is unknown (not created yet) or not authorized, as
+                         librdkafka's metadata says; sink_err_class() tells
+                         which. Produce it again later, in order */
 };
 
 struct sink_report {
     int err;                /* rd_kafka_resp_err_t; 0 = delivered */
     const char *errstr;     /* NUL-terminated */
-    bool poison;            /* no retry can deliver this record (too large,
-                               invalid or unauthorized topic, rejected by
-                               policy); other errors (timeouts, purges,
-                               fatal producer states) are not the event's
-                               fault and must never dead-letter it */
+    enum kafka_err_class cls; /* what the error means (kafka_errors.h) */
+    bool poison;            /* cls == KAFKA_ERR_POISON: no retry can deliver
+                               this record (too large, invalid topic name,
+                               rejected by policy); every other error is not
+                               the event's fault and must never dead-letter
+                               it */
     const char *event_id;   /* failed deliveries only (err != 0): from the
                                event_id header, "" if absent; always "" for
                                a delivered event, whose headers are not
@@ -69,7 +75,8 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
 void sink_free(struct sink *sk, int timeout_ms);
 
 /* Produces one event with `token` handed back in its report. Returns an
- * enum sink_rc; SINK_POISON/SINK_FATAL leave a message in sink_errstr(). */
+ * enum sink_rc; SINK_POISON/SINK_FATAL/SINK_RETRY leave a message in
+ * sink_errstr() and the class in sink_err_class(). */
 int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token);
 
 /* Produces a raw record (dead letters): topic, key, value, headers as
@@ -79,7 +86,10 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
                      size_t nheaders, uint64_t token);
 
 /* Serves delivery reports and producer events for at most timeout_ms.
- * Returns the number of events served. */
+ * Returns the number of events served. The event pipe (sink_fd) is drained
+ * first, under the same lock as librdkafka's writes to it, so a report
+ * queued during the call either is served by it or leaves a byte in the
+ * pipe: no wake-up is lost. */
 int sink_poll(struct sink *sk, int timeout_ms);
 
 /* A file descriptor that becomes readable when reports are waiting;
@@ -108,5 +118,8 @@ bool sink_brokers_up(const struct sink *sk);
 const char *sink_last_topic(const struct sink *sk);
 
 const char *sink_errstr(const struct sink *sk);
+
+/* The class of the error of the last refused sink_produce()/_raw(). */
+enum kafka_err_class sink_err_class(const struct sink *sk);
 
 #endif

@@ -69,6 +69,13 @@ uint64_t tracker_add_single(struct tracker *t, lsn_t end_lsn);
  * no pending events left (a duplicate ack). */
 int tracker_ack(struct tracker *t, uint64_t token);
 
+/* True while token names a group of the current generation that is not
+ * retired yet (it may be fully acked but wait behind an older group):
+ * false for 0, for a token issued before tracker_reset and for a retired
+ * group. A failed delivery of a token that is not live needs
+ * no handling: its event is sent again from the confirmed position. */
+bool tracker_token_live(const struct tracker *t, uint64_t token);
+
 /* The position that may be confirmed now. Never moves backwards. */
 lsn_t tracker_confirmed(const struct tracker *t);
 

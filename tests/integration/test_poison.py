@@ -14,10 +14,14 @@ restart after fixing the cause delivers it).
   larger than message.max.bytes   -X message.max.bytes=100000, 200 KB payload
   invalid topic name              type "bad topic!" with the default {prefix}
   broker refuses the record       mock broker: error 0 <code> 1 on Produce
-                                  (TOPIC_AUTHORIZATION_FAILED = 29 and
+                                  (POLICY_VIOLATION = 44 and
                                   MSG_SIZE_TOO_LARGE = 10 reach the delivery
                                   report unchanged: librdkafka treats both as
                                   permanent and does not retry them)
+
+An authorization refusal is not poison (an ACL may still be propagating):
+test_kafka_errors.py shows a transient one waited out and a permanent one
+stopping the relayer without dead-lettering.
   retriable broker error          error 0 NOT_LEADER_FOR_PARTITION|
                                   REQUEST_TIMED_OUT 3: retried, delivered
 """
@@ -325,7 +329,7 @@ def test_invalid_topic_dead_lettered(pg, broker, kafka, relayer):
 # the broker refuses the record
 # --------------------------------------------------------------------------
 
-PERMANENT = [("TOPIC_AUTHORIZATION_FAILED", "authorization"),
+PERMANENT = [("POLICY_VIOLATION", "policy"),
              ("MSG_SIZE_TOO_LARGE", "too large")]
 
 
@@ -449,7 +453,7 @@ def test_poison_inside_a_transaction_dead_lettered(pg, broker, kafka, relayer):
 
 def test_undeliverable_dead_letter_halts(pg, broker, kafka, relayer):
     """The broker refuses the event and then its dead letter too (two
-    Produce requests answered TOPIC_AUTHORIZATION_FAILED): the event is
+    Produce requests answered MSG_SIZE_TOO_LARGE): the event is
     neither published nor dead-lettered, so the relayer must halt without
     confirming it rather than count it as handled; a restart delivers it."""
     r = start_relay(relayer, pg, broker, "--on-poison", "dead-letter")
@@ -458,7 +462,7 @@ def test_undeliverable_dead_letter_halts(pg, broker, kafka, relayer):
     assert a.id in read_ids(kafka, "dlq", a.ids)
     wait_confirmed(pg, a.commit_end)
 
-    broker.cmd("error 0 TOPIC_AUTHORIZATION_FAILED 2")
+    broker.cmd("error 0 MSG_SIZE_TOO_LARGE 2")
     b = ob.one("dlq.ev", '{"twice": "refused"}')
     rc = r.wait_exit(60)
     assert rc == 1, "rc=%s; log tail:\n%s" % (rc, r.log_tail())

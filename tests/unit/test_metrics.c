@@ -446,6 +446,11 @@ static void test_values_move(void)
     metrics_dead_lettered(m);
     metrics_reconnected(m);
     metrics_reconnected(m);
+    metrics_delivery_retried(m, "retriable");
+    metrics_delivery_retried(m, "topic_missing");
+    metrics_delivery_retried(m, "topic_missing");
+    metrics_delivery_retried(m, "no such reason"); /* ignored */
+    metrics_set_delivery_waiting(m, "topic_missing");
     metrics_set_inflight(m, 7, 4096);
     metrics_set_confirmed_lsn(m, ((lsn_t) 0x16 << 32) | 0xB374D848);
     metrics_set_received_lsn(m, ((lsn_t) 0x16 << 32) | 0xB374D900);
@@ -464,12 +469,21 @@ static void test_values_move(void)
     CHECK(value_of(t, "outbox_relay_delivery_errors_total") == 1);
     CHECK(value_of(t, "outbox_relay_events_dead_lettered_total") == 1);
     CHECK(value_of(t, "outbox_relay_reconnects_total") == 2);
+    CHECK(value_of(t, "outbox_relay_delivery_retries_total{reason=\"retriable\"}") == 1);
+    CHECK(value_of(t, "outbox_relay_delivery_retries_total{reason=\"topic_missing\"}") == 2);
+    CHECK(value_of(t, "outbox_relay_delivery_retries_total{reason=\"authorization\"}") == 0);
+    CHECK(value_of(t, "outbox_relay_delivery_waiting{reason=\"topic_missing\"}") == 1);
+    CHECK(value_of(t, "outbox_relay_delivery_waiting{reason=\"retriable\"}") == 0);
     CHECK(value_of(t, "outbox_relay_inflight_events") == 7);
     CHECK(value_of(t, "outbox_relay_inflight_bytes") == 4096);
     CHECK(value_of(t, "outbox_relay_confirmed_lsn{slot=\"s1\"}") ==
           (double) (((uint64_t) 0x16 << 32) | 0xB374D848));
     CHECK(value_of(t, "outbox_relay_received_lsn{slot=\"s1\"}") > 0);
     CHECK(value_of(t, "outbox_relay_oldest_pending_event_age_seconds") == 2.5);
+    free(t);
+    metrics_set_delivery_waiting(m, NULL);
+    t = render_valid(m);
+    CHECK(value_of(t, "outbox_relay_delivery_waiting{reason=\"topic_missing\"}") == 0);
     free(t);
 
     metrics_set_slot(m, 123456, "reserved", 1 << 30);

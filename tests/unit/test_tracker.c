@@ -126,10 +126,13 @@ static void test_out_of_order(void)
     c = tx1(t, 400);
     CHECK_EQ_INT(tracker_ack(t, a), 0);
     CHECK(tracker_confirmed(t) == 200);
+    CHECK(tracker_token_live(t, c) && !tracker_token_live(t, a));
     CHECK_EQ_INT(tracker_ack(t, c), 0);
     CHECK(tracker_confirmed(t) == 200);
+    CHECK(tracker_token_live(t, c)); /* acked, but not retired before b */
     CHECK_EQ_INT(tracker_ack(t, b), 0);
     CHECK(tracker_confirmed(t) == 400);
+    CHECK(!tracker_token_live(t, b) && !tracker_token_live(t, c)); /* retired */
     tracker_free(t);
 }
 
@@ -408,7 +411,10 @@ static void test_stale_tokens(void)
     a = tx1(t, 200);
     CHECK_EQ_INT(tracker_begin(t), 0);
     b = tracker_add(t);
+    CHECK(tracker_token_live(t, a) && tracker_token_live(t, b));
+    CHECK(!tracker_token_live(t, 0));
     tracker_reset(t, 50); /* lower than confirmed: kept */
+    CHECK(!tracker_token_live(t, a) && !tracker_token_live(t, b));
     CHECK(tracker_confirmed(t) == 100);
     CHECK_EQ_INT(tracker_pending(t), 0);
     CHECK(!tracker_in_tx(t));

@@ -1,0 +1,56 @@
+/*
+ * kafka_errors.h — what a Kafka error means for one outbox event. Pure: no
+ * I/O, no producer; tested by tests/unit/test_kafka_errors.c.
+ *
+ * librdkafka reports a failed delivery with a bare rd_kafka_resp_err_t (the
+ * delivery report carries no rd_kafka_error_t, so there is no
+ * rd_kafka_error_is_retriable() to ask). Its own retry decisions
+ * (rd_kafka_err_action() in rdkafka_request.c, 2.0.2) treat every code it
+ * does not list as permanent, and it fails the batch to the application
+ * for codes that Kafka's protocol calls retriable: NETWORK_EXCEPTION,
+ * FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, CORRUPT_MESSAGE, ... So the
+ * classes here follow Kafka's protocol table (the "retriable" column of the
+ * protocol's error codes) and librdkafka's documented local codes:
+ *
+ *   KAFKA_ERR_RETRIABLE  leader changes, disconnects, timeouts, replicas
+ *                        short: the event is produced again, in order,
+ *                        however often it takes;
+ *   KAFKA_ERR_TOPIC_WAIT the topic does not exist (yet): produced again
+ *                        with backoff until someone creates it, alerting;
+ *   KAFKA_ERR_AUTH       an authorization refusal: produced again with
+ *                        backoff, because ACLs take a moment to reach every
+ *                        broker; the caller decides when it has become
+ *                        permanent (fatal, never dead-lettered);
+ *   KAFKA_ERR_POISON     the record itself can never be stored (too large,
+ *                        invalid, refused by policy): --on-poison decides;
+ *   KAFKA_ERR_FATAL      the producer or its configuration is broken
+ *                        (fatal idempotence states, fenced epoch, bad
+ *                        acks): stop without confirming; codes we do not
+ *                        know land here too, so nothing is dead-lettered
+ *                        or skipped on a guess.
+ */
+#ifndef OUTBOX_RELAY_KAFKA_ERRORS_H
+#define OUTBOX_RELAY_KAFKA_ERRORS_H
+
+#include <stdbool.h>
+
+enum kafka_err_class {
+    KAFKA_ERR_NONE = 0,
+    KAFKA_ERR_RETRIABLE,
+    KAFKA_ERR_TOPIC_WAIT,
+    KAFKA_ERR_AUTH,
+    KAFKA_ERR_POISON,
+    KAFKA_ERR_FATAL
+};
+
+/* The class of an rd_kafka_resp_err_t (0 = KAFKA_ERR_NONE). */
+enum kafka_err_class kafka_err_classify(int err);
+
+/* True for the classes that are waited out by producing again. */
+bool kafka_err_waits(enum kafka_err_class c);
+
+/* "retriable", "topic_missing", "authorization", "poison", "fatal", "none":
+ * the label the metrics and logs use. */
+const char *kafka_err_class_name(enum kafka_err_class c);
+
+#endif
