@@ -455,13 +455,17 @@ def replication_timed_out(pg):
 
 def test_full_local_queue_keeps_status_updates(pg_factory, broker, kafka, relayer):
     """Kafka down for three times wal_sender_timeout while librdkafka's own
-    queue is full (a small queue.buffering.max.messages under a large
-    window, so the relayer waits inside one produce): status updates go on,
-    the server keeps the connection, and every event arrives afterwards."""
+    queue is full, so the relayer waits inside one produce: status updates
+    go on, the server keeps the connection, and every event arrives
+    afterwards. The queue fills before the window does: the window
+    (--max-inflight-bytes) admits the next event while it is below its
+    limit, and that event overshoots librdkafka's 1 KiB queue
+    (queue.buffering.max.kbytes, which also counts headers). A message-count
+    queue below --max-inflight is refused at start (the guard rails)."""
     pg = pg_factory(settings=SHORT_TIMEOUT)
     pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-    r = start_relay(relayer, pg, broker, "--max-inflight", "1000",
-                    "-X", "queue.buffering.max.messages=5")
+    r = start_relay(relayer, pg, broker, "--max-inflight-bytes", "1K",
+                    "-X", "queue.buffering.max.kbytes=1")
     pid = pg.slot_info(SLOT)["active_pid"]
     first, first_end = one_event(pg, "qfull.first")
     wait_confirmed(pg, first_end, r)
@@ -470,7 +474,7 @@ def test_full_local_queue_keeps_status_updates(pg_factory, broker, kafka, relaye
     try:
         ids, end = [], 0
         for i in range(20):
-            eid, end = one_event(pg, "qfull.ev", '{"i": %d}' % i)
+            eid, end = one_event(pg, "qfull.ev", '{"i": %d, "pad": "%s"}' % (i, "x" * 440))
             ids.append(eid)
         r.wait_for_log(r"all Kafka brokers are down", timeout=30)
         deadline = time.monotonic() + 6   # 3 x wal_sender_timeout
