@@ -38,6 +38,8 @@ struct stream {
     PGconn *conn;
     bool streaming; /* START_REPLICATION succeeded on conn */
     bool partitioned; /* the outbox table is partitioned */
+    int dead_pid; /* walsender of our last streaming connection, closed since
+                     (it may still hold the slot: see take_over) */
     char *copybuf; /* last frame from PQgetCopyData, freed on the next read */
     char errstr[STREAM_ERRLEN];
 };
@@ -134,6 +136,8 @@ static int fail(struct stream *s, int rc, const char *fmt, ...)
 
 void stream_close(struct stream *s)
 {
+    if (s->conn != NULL && s->streaming)
+        s->dead_pid = PQbackendPID(s->conn);
     if (s->copybuf != NULL) {
         PQfreemem(s->copybuf);
         s->copybuf = NULL;
@@ -143,6 +147,13 @@ void stream_close(struct stream *s)
         s->conn = NULL;
     }
     s->streaming = false;
+}
+
+int stream_timed_out(struct stream *s, double silence)
+{
+    return fail(s, STREAM_RETRY, "slot=%s: nothing received from the server for %.1f s "
+                "(--wal-receiver-timeout): the connection is considered dead (a stalled "
+                "network path?)", s->slot, silence);
 }
 
 bool stream_streaming(const struct stream *s)
@@ -269,6 +280,33 @@ bool stream_outbox_partitioned(const struct stream *s)
 
 enum slot_state { SLOT_MISSING, SLOT_READY };
 
+/* The slot is held by the walsender of our own previous connection, which
+ * we dropped (it stalled, or timed out): the server notices only after its
+ * wal_sender_timeout, or never while the stalled path swallows its writes.
+ * The connection is ours and closed, so ending its backend loses nothing:
+ * terminate it (allowed for the same role, or with pg_signal_backend) and
+ * look again soon; when the role may not, wait for the server. */
+static int take_back(struct stream *s, const char *pid)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", s->dead_pid);
+    PGresult *res = PQexec(s->conn, sql);
+    bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+              strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    char msg[STREAM_ERRLEN];
+    copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+    PQclear(res);
+    if (ok) {
+        log_warn("slot=%s: still held by walsender PID %s of our previous connection, which "
+                 "we dropped; terminated it to take the slot back", s->slot, pid);
+        return fail(s, STREAM_BUSY, "slot=%s: waiting for our previous walsender (PID %s) "
+                    "to exit", s->slot, pid);
+    }
+    return fail(s, STREAM_BUSY, "slot=%s: still held by walsender PID %s of our previous "
+                "connection; cannot terminate it (%s): waiting until the server's "
+                "wal_sender_timeout ends it", s->slot, pid, *msg ? msg : "not permitted");
+}
+
 /* The slot is held by walsender `pid`. With --takeover-after, a walsender
  * whose client has sent nothing for that long (a partitioned or hung
  * relayer: a crashed one closes its socket and the server frees the slot by
@@ -277,6 +315,8 @@ enum slot_state { SLOT_MISSING, SLOT_READY };
  * one at least every --status-interval. */
 static int take_over(struct stream *s, const char *pid)
 {
+    if (s->dead_pid != 0 && atoi(pid) == s->dead_pid)
+        return take_back(s, pid);
     int rc = fail(s, STREAM_BUSY, "slot=%s is active for PID %s; waiting as a standby "
                   "(another relayer may own it)", s->slot, pid);
     if (s->takeover_after <= 0 || strspn(pid, "0123456789") != strlen(pid) || *pid == '\0')
@@ -553,6 +593,7 @@ static int start_replication(struct stream *s, lsn_t start)
     if (PQresultStatus(res) == PGRES_COPY_BOTH) {
         PQclear(res);
         s->streaming = true;
+        s->dead_pid = 0;
         return STREAM_OK;
     }
     char msg[STREAM_ERRLEN];

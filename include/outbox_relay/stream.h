@@ -75,6 +75,11 @@ int stream_consume(struct stream *s);
 /* Sends a standby status update. Returns 0 or a negative enum stream_rc. */
 int stream_send_status(struct stream *s, lsn_t write, lsn_t flush, bool reply_requested);
 
+/* Says in errstr that nothing arrived for silence seconds (the relayer's
+ * --wal-receiver-timeout) and returns STREAM_RETRY; the caller then closes
+ * the stream and reconnects. */
+int stream_timed_out(struct stream *s, double silence);
+
 /* Whether stream_start may create a missing slot. The relayer turns it off
  * once it has streamed from the slot: a slot that disappears later was
  * dropped by someone, and recreating it would silently skip events. */

@@ -974,15 +974,25 @@ class FaultProxy:
         self.cmd("refuse %s" % ("on" if on else "off"))
 
     def conns(self):
-        """The open connections: [{"id", "up", "down", "flags"}] (bytes
-        forwarded each way; flags U/D stalled up/down, u/d EOF seen)."""
+        """The open connections: [{"id", "up", "down", "flags", "port"}]
+        (bytes forwarded each way; flags U/D stalled up/down, u/d EOF seen;
+        port: the proxy's local port towards the target, PostgreSQL's
+        pg_stat_activity.client_port)."""
         words = self.cmd("conns").split()
         out = []
         for w in words[1:]:
-            cid, up, down, flags = w.split(":")
+            cid, up, down, flags, port = w.split(":")
             out.append({"id": int(cid), "up": int(up), "down": int(down),
-                        "flags": "" if flags == "-" else flags})
+                        "flags": "" if flags == "-" else flags, "port": int(port)})
         return out
+
+    def conn_for_port(self, port):
+        """The id of the connection whose target side uses local port
+        `port` (pg_stat_activity.client_port), or None."""
+        for c in self.conns():
+            if c["port"] == port:
+                return c["id"]
+        return None
 
     def stats(self):
         """Since start: {"accepted": connections, "up": bytes, "down": bytes}."""

@@ -27,9 +27,12 @@ on), "all" (both), or a connection id from "conns".
   reset [WHICH]         close both sides with RST (existing connections only)
   refuse on|off         close new connections at once (RST) instead of
                         forwarding them
-  conns                 "ok N id:up_bytes:down_bytes:flags ..." of the open
+  conns                 "ok N id:up_bytes:down_bytes:flags:port ..." of the open
                         connections (flags: U/D stalled up/down, u/d EOF
-                        seen from the client/target)
+                        seen from the client/target; port: the local port
+                        of the proxy's connection to the target, which the
+                        target sees as the client's, e.g. PostgreSQL's
+                        pg_stat_activity.client_port)
   stats                 "ok accepted=N up=BYTES down=BYTES" since start, closed
                         connections included
   quit                  answer ok and exit
@@ -239,7 +242,12 @@ class Proxy:
             for c in self.conns.values():
                 flags = ("U" if c.up.stalled else "") + ("D" if c.down.stalled else "") + \
                         ("u" if c.up.eof else "") + ("d" if c.down.eof else "")
-                parts.append("%d:%d:%d:%s" % (c.id, c.up.bytes, c.down.bytes, flags or "-"))
+                try:
+                    lport = c.server.getsockname()[1]
+                except OSError:
+                    lport = 0
+                parts.append("%d:%d:%d:%s:%d" % (c.id, c.up.bytes, c.down.bytes, flags or "-",
+                                                 lport))
             return "ok %d %s" % (len(parts), " ".join(parts))
         if op == "stats":
             up = self.closed_bytes[0] + sum(c.up.bytes for c in self.conns.values())
