@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outbox_relay/pgconn.h"
+
 #define BACKFILL_FETCH 1000
 
 static bool exec_ok(PGconn *conn, const char *sql, ExecStatusType want, char *err,
@@ -47,14 +49,12 @@ static int row_event(PGresult *res, int row, struct outbox_event *ev)
 int backfill_run(const char *dsn, const char *snapshot, const char *schema, const char *table,
                  backfill_emit_fn emit, void *ctx, uint64_t *rows, char *err, size_t errlen)
 {
-    const char *keys[] = {"fallback_application_name", "dbname", NULL};
-    const char *vals[] = {"outbox-relay-backfill", dsn, NULL};
     char *snap = NULL, *qschema = NULL, *qtable = NULL, *lit = NULL;
     char sql[1024];
     int rc = -1;
     *rows = 0;
 
-    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    PGconn *conn = pgconn_connectdb(dsn, "outbox-relay-backfill", NULL);
     if (PQstatus(conn) != CONNECTION_OK) {
         snprintf(err, errlen, "backfill: cannot connect to PostgreSQL: %s", PQerrorMessage(conn));
         goto done;

@@ -31,6 +31,7 @@
 #include "outbox_relay/reaper.h"
 
 #define CONNECT_TIMEOUT 15.0 /* s for one connection attempt */
+#define QUERY_TIMEOUT 10.0   /* s for the answer to a poll, heartbeat or savepoint */
 #define WARN_EVERY 60.0      /* s between repeated connection warnings */
 
 struct maint {
@@ -123,15 +124,19 @@ static int connect_db(struct maint *mt, char *err, size_t errlen)
     return 0;
 }
 
-/* Runs a query expected to return rows; logs and returns NULL on failure. */
+/* Runs a query expected to return rows; logs and returns NULL on failure.
+ * Bounded by QUERY_TIMEOUT: on a stalled path the connection is shut down
+ * (PQstatus turns bad) and the thread reconnects, rather than waiting on
+ * it forever with the slot metrics frozen. */
 static PGresult *query(struct maint *mt, const char *what, const char *sql, int nparams,
                        const char *const *params)
 {
-    PGresult *res = PQexecParams(mt->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    char msg[512];
+    PGresult *res = pgconn_exec(mt->conn, sql, nparams, params, QUERY_TIMEOUT, msg, sizeof msg);
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
-    char msg[512];
-    pgconn_error(mt->conn, msg, sizeof msg);
+    if (res != NULL)
+        pgconn_error(mt->conn, msg, sizeof msg);
     /* A poll that fails every 2 s (say, --dsn points at a standby) warns
      * once a minute, not every time. */
     double now = mono_now();
@@ -193,17 +198,25 @@ static void heartbeat(struct maint *mt)
     PQclear(res);
 }
 
+/* A command whose result does not matter, bounded like query(). */
+static void command(struct maint *mt, const char *sql)
+{
+    char msg[512];
+    PQclear(pgconn_exec(mt->conn, sql, 0, NULL, QUERY_TIMEOUT, msg, sizeof msg));
+}
+
 /* Runs fn; inside a transaction (the reaper's) under a savepoint, so that
  * its failure cannot abort the reaper's work. */
 static void guarded(struct maint *mt, bool in_tx, void (*fn)(struct maint *))
 {
     if (in_tx)
-        PQclear(PQexec(mt->conn, "SAVEPOINT outbox_relay_maint"));
-    fn(mt);
+        command(mt, "SAVEPOINT outbox_relay_maint");
+    if (PQstatus(mt->conn) == CONNECTION_OK)
+        fn(mt);
     if (in_tx && PQstatus(mt->conn) == CONNECTION_OK) {
         if (PQtransactionStatus(mt->conn) == PQTRANS_INERROR)
-            PQclear(PQexec(mt->conn, "ROLLBACK TO SAVEPOINT outbox_relay_maint"));
-        PQclear(PQexec(mt->conn, "RELEASE SAVEPOINT outbox_relay_maint"));
+            command(mt, "ROLLBACK TO SAVEPOINT outbox_relay_maint");
+        command(mt, "RELEASE SAVEPOINT outbox_relay_maint");
     }
 }
 

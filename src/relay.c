@@ -25,6 +25,7 @@
 #include "outbox_relay/liveness.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
+#include "outbox_relay/pgconn.h"
 #include "outbox_relay/sink.h"
 #include "outbox_relay/stream.h"
 #include "outbox_relay/tracker.h"
@@ -227,6 +228,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                 .failover_slot = cfg->failover_slot,
                                 .recreate_slot = cfg->recreate_slot,
                                 .takeover_after = cfg->takeover_after,
+                                .query_timeout = cfg->wal_receiver_timeout,
                                 .on_created = cfg->backfill_pending ? on_slot_created : NULL,
                                 .on_created_ctx = r};
     r->stream = stream_new(&so);
@@ -385,10 +387,8 @@ static int outbox_partition(struct relay *r, const struct w2j_value *table)
         if (strcmp(r->partitions[i].name, name) == 0)
             return r->partitions[i].member;
 
-    const char *keys[] = {"fallback_application_name", "dbname", NULL};
-    const char *vals[] = {"outbox-relay", r->cfg->dsn, NULL};
     const char *params[] = {r->cfg->table_schema, r->cfg->table_name, name};
-    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    PGconn *conn = pgconn_connectdb(r->cfg->dsn, "outbox-relay", NULL);
     PGresult *res = PQexecParams(
         conn,
         "SELECT EXISTS (SELECT 1 FROM pg_partition_tree("

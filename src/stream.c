@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "outbox_relay/log.h"
+#include "outbox_relay/pgconn.h"
 
 #define STREAM_ERRLEN 1024
 
@@ -33,6 +34,7 @@ struct stream {
     bool recreate_slot;
     bool failover_slot;
     double takeover_after;
+    double query_timeout;
     int (*on_created)(void *ctx, const char *snapshot);
     void *on_created_ctx;
     PGconn *conn;
@@ -63,6 +65,7 @@ struct stream *stream_new(const struct stream_options *opts)
     s->failover_slot = opts->failover_slot;
     s->recreate_slot = opts->recreate_slot;
     s->takeover_after = opts->takeover_after;
+    s->query_timeout = opts->query_timeout;
     s->on_created = opts->on_created;
     s->on_created_ctx = opts->on_created_ctx;
     if (!s->dsn || !s->slot || !s->table_schema || !s->table_name || !s->message_prefix) {
@@ -184,13 +187,8 @@ static int classify_connect_error(struct stream *s, const char *msg)
 
 static int connect_replication(struct stream *s)
 {
-    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
-                          "keepalives_count", "fallback_application_name", "dbname",
-                          "replication", NULL};
-    const char *vals[] = {"10", "10", "5", "3", "outbox-relay", s->dsn, "database", NULL};
-
     stream_close(s);
-    s->conn = PQconnectdbParams(keys, vals, 1);
+    s->conn = pgconn_connectdb(s->dsn, "outbox-relay", "database");
     if (s->conn == NULL)
         return fail(s, STREAM_RETRY, "cannot connect to PostgreSQL: out of memory");
     if (PQstatus(s->conn) != CONNECTION_OK) {
@@ -202,10 +200,23 @@ static int connect_replication(struct stream *s)
     return STREAM_OK;
 }
 
+/* PQexec with the stream's deadline (--wal-receiver-timeout), so that a
+ * path that stalls while the stream is set up cannot hang it: without an
+ * answer in time the connection is shut down (PQstatus turns
+ * CONNECTION_BAD, every caller's retry path) and NULL returned. */
+static PGresult *exec_bounded(struct stream *s, const char *sql)
+{
+    char err[STREAM_ERRLEN];
+    PGresult *res = pgconn_exec(s->conn, sql, 0, NULL, s->query_timeout, err, sizeof err);
+    if (res == NULL && strstr(err, "no answer") != NULL)
+        log_warn("slot=%s: %s", s->slot, err);
+    return res;
+}
+
 /* Runs a command that returns rows; on error fills errstr and returns NULL. */
 static PGresult *query(struct stream *s, const char *sql, const char *what)
 {
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
     char msg[STREAM_ERRLEN];
@@ -290,7 +301,7 @@ static int take_back(struct stream *s, const char *pid)
 {
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", s->dead_pid);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
               strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     char msg[STREAM_ERRLEN];
@@ -325,7 +336,7 @@ static int take_over(struct stream *s, const char *pid)
     snprintf(sql, sizeof sql,
              "SELECT COALESCE(EXTRACT(EPOCH FROM now() - COALESCE(reply_time, backend_start)), "
              "0) FROM pg_stat_replication WHERE pid = %s", pid);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     double silent = -1;
     if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
         silent = strtod(PQgetvalue(res, 0, 0), NULL);
@@ -333,7 +344,7 @@ static int take_over(struct stream *s, const char *pid)
     if (silent < s->takeover_after)
         return rc;
     snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%s)", pid);
-    res = PQexec(s->conn, sql);
+    res = exec_bounded(s, sql);
     bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
               strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     char msg[STREAM_ERRLEN];
@@ -488,7 +499,7 @@ static int check_slot_history(struct stream *s)
              "SELECT created_lsn, created_at FROM public.outbox_relay_slots "
              "WHERE slot_name = %s", lit);
     PQfreemem(lit);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     int rc = STREAM_OK;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (PQstatus(s->conn) != CONNECTION_OK) {
@@ -530,7 +541,7 @@ static void record_slot(struct stream *s, lsn_t lsn)
              "SET created_lsn = EXCLUDED.created_lsn, created_at = now()",
              lit, LSN_ARGS(lsn));
     PQfreemem(lit);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         char msg[STREAM_ERRLEN];
         copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
@@ -589,7 +600,7 @@ static int start_replication(struct stream *s, lsn_t start)
     if (stream_build_start_command(&o, start, cmd, sizeof cmd) < 0)
         return fail(s, STREAM_FATAL, "slot=%s: START_REPLICATION command too long", s->slot);
 
-    PGresult *res = PQexec(s->conn, cmd);
+    PGresult *res = exec_bounded(s, cmd);
     if (PQresultStatus(res) == PGRES_COPY_BOTH) {
         PQclear(res);
         s->streaming = true;

@@ -41,6 +41,9 @@ struct stream_options {
     bool failover_slot;         /* create it with FAILOVER (PostgreSQL 17+) */
     double takeover_after;      /* > 0: terminate a walsender holding the slot
                                    whose client has been silent this long */
+    double query_timeout;       /* > 0: longest wait for the answer to a setup
+                                   command (a stalled path); the connection is
+                                   then closed and STREAM_RETRY returned */
     /* Called once, right after this stream created the slot, with the name
      * of the snapshot exported at the slot's consistent point (valid only
      * until the call returns), before replication starts. NULL: no snapshot

@@ -102,8 +102,8 @@ def stalled_pg_path(pg, broker, kafka, relayer, proxy, direction, timeout, extra
         r.mark()
         t_stall = time.monotonic()
         proxy.stall(direction)
-        m = r.wait_for_log(r"--wal-receiver-timeout|reconnecting", timeout=timeout + 30,
-                           since_mark=True)
+        m = r.wait_for_log(r"--wal-receiver-timeout\)|reconnecting \(\d+ deliveries",
+                           timeout=timeout + 30, since_mark=True)
         t_detect = time.monotonic() - t_stall
         # A new walsender streams the slot; the old one is gone.
         wait_until(lambda: (active_pid(pg) or old_pid) != old_pid, 60,
@@ -119,6 +119,9 @@ def stalled_pg_path(pg, broker, kafka, relayer, proxy, direction, timeout, extra
         assert not missing, "%d of %d committed events missing, e.g. %s; log:\n%s" % (
             len(missing), len(ids), sorted(missing)[:5], r.log_tail())
         assert r.running()
+        for line in pg.log_text().splitlines():
+            if any(w in line for w in ("FATAL", "ERROR", "terminat", "server process")):
+                print("pg:", line[:200])
         print("stall %s: detected after %.1f s (%s), streaming again after %.1f s, old "
               "walsender gone after %.1f s, %d events delivered" % (
                   direction, t_detect, m.group(0), t_stream, t_old_gone, len(ids)))
@@ -223,3 +226,54 @@ def test_metrics_answer_while_maintenance_connection_stalls(pg, broker, relayer,
         assert t_term < 8, t_term
     finally:
         proxy.cleanup()
+
+
+@pytest.mark.parametrize("direction", ["both", "down"])
+def test_broker_path_stalls_mid_stream(pg, relayer, tmp_path, direction):
+    """Every open connection to the broker stalls mid-stream (new ones
+    pass), with the relayer's defaults: message.timeout.ms=0 means a
+    delivery never fails, so the relayer relies on librdkafka giving up a
+    request after socket.timeout.ms (60 s) and, with socket.max.fails=1,
+    dropping the connection and retrying on a new one (idempotence keeps
+    a produce the broker got but whose answer was lost from being written
+    twice). Deliveries must resume and nothing may be lost; the
+    replication connection stays up meanwhile."""
+    b = harness.ProxiedBroker(str(tmp_path))
+    try:
+        kafka = harness
+        r = relayer("--dsn", pg.dsn(), "--brokers", b.bootstrap)
+        wait_until(lambda: active_pid(pg) is not None, 30, message="relayer to stream")
+        writer = Writer(pg, "kstall.ev", period=0.1)
+        try:
+            wait_until(lambda: len(writer.ids) >= 20, 20, message="writer warm-up")
+            got = harness.read_messages(b.proxies[0].address, "kstall", expected=20, timeout=60)
+            assert len(got) >= 20
+            walsender = active_pid(pg)
+            t_stall = time.monotonic()
+            b.stall(direction)
+            time.sleep(3)
+            stalled_at = len(writer.ids)
+            # Read back directly from the broker (not through the stalled proxy).
+            real = "127.0.0.1:%d" % b.proxies[0].target_port
+
+            def delivered():
+                msgs = harness.read_messages(real, "kstall", expected=stalled_at + 1, timeout=5)
+                return {int(m.headers["event_id"]) for m in msgs} >= set(writer.ids[:stalled_at])
+
+            wait_until(delivered, 150, interval=1, message="deliveries to resume")
+            t_resume = time.monotonic() - t_stall
+            ids = writer.finish()
+            msgs = harness.read_messages(real, "kstall", expected=len(ids), timeout=90)
+            seen = {int(m.headers["event_id"]) for m in msgs}
+            missing = set(ids) - seen
+            assert not missing, "%d of %d missing; log:\n%s" % (len(missing), len(ids),
+                                                               r.log_tail())
+            assert r.running()
+            assert active_pid(pg) == walsender, "the replication connection was dropped"
+            print("broker stall %s: deliveries resumed after %.1f s, %d events, %d messages"
+                  % (direction, t_resume, len(ids), len(msgs)))
+            assert r.terminate() == 0
+        finally:
+            writer.finish()
+    finally:
+        b.cleanup()
