@@ -21,7 +21,7 @@ import pytest
 
 import harness
 from harness import wait_until
-from test_operations import http_get, metric, scrape
+from test_operations import http_get, insert, metric, scrape
 
 SLOT = "outbox_relay"
 
@@ -193,12 +193,7 @@ def test_metrics_answer_while_maintenance_connection_stalls(pg, broker, relayer,
         r = start_proxied(relayer, pg, broker, proxy, "--metrics-addr", "127.0.0.1:%d" % port)
         wait_until(lambda: metric(scrape(port), "outbox_relay_slot_lag_bytes", slot=SLOT)
                    is not None, 20, message="first slot poll")
-        rows = wait_until(lambda: pg.query(
-            "SELECT client_port FROM pg_stat_activity "
-            "WHERE application_name = 'outbox-relay maintenance'"), 10,
-            message="the maintenance connection")
-        cid = wait_until(lambda: proxy.conn_for_port(rows[0][0]), 5, message="its proxy conn")
-        proxy.stall("both", str(cid))
+        proxy.stall("both", str(maintenance_conn(pg, proxy)))
         t_stall = time.time()
         t0 = time.monotonic()
         worst = 0.0
@@ -224,6 +219,48 @@ def test_metrics_answer_while_maintenance_connection_stalls(pg, broker, relayer,
         print("maintenance stall: endpoints answered within %.2f s, polls resumed after %.1f s, "
               "SIGTERM took %.1f s" % (worst, resumed, t_term))
         assert t_term < 8, t_term
+    finally:
+        proxy.cleanup()
+
+
+def maintenance_conn(pg, proxy):
+    rows = wait_until(lambda: pg.query(
+        "SELECT client_port FROM pg_stat_activity "
+        "WHERE application_name = 'outbox-relay maintenance'"), 10,
+        message="the maintenance connection")
+    return wait_until(lambda: proxy.conn_for_port(rows[0][0]), 5, message="its proxy conn")
+
+
+def test_maintenance_stall_under_a_reaper_statement(pg, broker, relayer, tmp_path):
+    """The maintenance connection stalls while the reaper waits for the
+    slot (Kafka is down, so the expired rows are not confirmed and the
+    reaper polls confirmed_flush_lsn with blocking statements): a watchdog
+    closes the connection after 60 s without an answer and the thread
+    reconnects; slot polls resume. (--reap-interval 1 only so that the
+    reaper is running when the stall comes.)"""
+    proxy = harness.FaultProxy(pg.port, str(tmp_path))
+    try:
+        port = harness.free_port()
+        r = start_proxied(relayer, pg, broker, proxy, "--metrics-addr", "127.0.0.1:%d" % port,
+                          "--reap-interval", "1")
+        broker.cmd("down")
+        insert(pg, 20, age="8 days")  # relayed, so never confirmed while Kafka is down
+        # The reaper is in its confirm wait: its transaction is open.
+        wait_until(lambda: pg.query(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = "
+            "'outbox-relay maintenance' AND xact_start IS NOT NULL"), 30,
+            message="the reaper to wait for the slot")
+        proxy.stall("both", str(maintenance_conn(pg, proxy)))
+        t_stall = time.time()
+        t0 = time.monotonic()
+        wait_until(lambda: (metric(scrape(port), "outbox_relay_slot_last_poll_timestamp_seconds",
+                                   slot=SLOT) or 0) > t_stall + 1, 100, interval=1,
+                   message="slot polls to resume")
+        took = time.monotonic() - t0
+        assert "a reaper statement got no answer" in r.log_text()
+        print("maintenance stall under the reaper: polls resumed after %.1f s" % took)
+        broker.cmd("up")
+        assert r.terminate() == 0
     finally:
         proxy.cleanup()
 
