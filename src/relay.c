@@ -614,6 +614,7 @@ static int session(struct relay *r)
             int rc = stream_consume(r->stream);
             if (rc < 0)
                 return rc;
+            liveness_heard(&r->live, now_s()); /* bytes came, if not yet a whole frame */
         }
     }
 }
