@@ -133,18 +133,19 @@ PGresult *pgconn_exec(PGconn *c, const char *sql, int nparams, const char *const
                       double timeout, char *err, size_t errlen)
 {
     int was_nonblocking = PQisnonblocking(c);
+    bool timed_out = false;
     PGresult *last = NULL;
     double deadline = mono_now() + timeout;
     if (!was_nonblocking && PQsetnonblocking(c, 1) != 0)
-        goto lost;
+        goto fail;
     int sent = nparams > 0 ? PQsendQueryParams(c, sql, nparams, NULL, params, NULL, NULL, 0)
                            : PQsendQuery(c, sql);
     if (!sent)
-        goto lost;
+        goto fail;
     for (;;) {
         int flushing = PQflush(c);
         if (flushing < 0)
-            goto lost;
+            goto fail;
         while (flushing == 1 || PQisBusy(c)) {
             int wait_ms = -1;
             if (timeout > 0) {
@@ -153,6 +154,7 @@ PGresult *pgconn_exec(PGconn *c, const char *sql, int nparams, const char *const
                     give_up(c);
                     snprintf(err, errlen, "no answer from the server within %.0f s (a stalled "
                              "network path?); closed the connection", timeout);
+                    timed_out = true;
                     goto fail;
                 }
                 wait_ms = (int) (left * 1000) + 1;
@@ -161,11 +163,11 @@ PGresult *pgconn_exec(PGconn *c, const char *sql, int nparams, const char *const
                                  .events = POLLIN | (flushing == 1 ? POLLOUT : 0)};
             int n = poll(&pfd, 1, wait_ms);
             if (n < 0 && errno != EINTR)
-                goto lost;
+                goto fail;
             if (n > 0 && PQconsumeInput(c) == 0)
-                goto lost;
+                goto fail;
             if ((flushing = PQflush(c)) < 0)
-                goto lost;
+                goto fail;
         }
         PGresult *r = PQgetResult(c);
         if (r == NULL)
@@ -179,11 +181,11 @@ PGresult *pgconn_exec(PGconn *c, const char *sql, int nparams, const char *const
     if (!was_nonblocking)
         PQsetnonblocking(c, 0);
     if (last == NULL)
-        goto lost;
+        goto fail;
     return last;
-lost:
-    pgconn_error(c, err, errlen);
 fail:
+    if (!timed_out)
+        pgconn_error(c, err, errlen);
     PQclear(last);
     if (!was_nonblocking && PQstatus(c) == CONNECTION_OK)
         PQsetnonblocking(c, 0);
