@@ -53,6 +53,9 @@ static const struct option_def options[] = {
         "at most this many payload bytes in flight (K/M/G suffixes)"),
     OPT("status-interval", OPT_SECONDS, status_interval, "10", "SECONDS",
         "interval of standby status updates to the server"),
+    OPT("wal-receiver-timeout", OPT_SECONDS, wal_receiver_timeout, "60", "SECONDS",
+        "drop and reconnect the replication connection when nothing arrived for this long; "
+        "a keepalive is asked for at half of it (0 = never)"),
     OPT("shutdown-timeout", OPT_SECONDS, shutdown_timeout, "30", "SECONDS",
         "on SIGTERM, how long to wait for outstanding deliveries"),
     OPT("reconnect-max", OPT_SECONDS, reconnect_max, "30", "SECONDS",
@@ -589,6 +592,11 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "--takeover-after (%.1f s) must be at least twice "
                  "--status-interval (%.1f s), or a healthy relayer would be taken over",
                  cfg->takeover_after, cfg->status_interval);
+        return -1;
+    }
+    if (cfg->wal_receiver_timeout > 0 && cfg->wal_receiver_timeout < 1) {
+        snprintf(err, errlen, "--wal-receiver-timeout must be 0 (off) or at least 1 second, "
+                 "got %.2f", cfg->wal_receiver_timeout);
         return -1;
     }
     if (cfg->reconnect_max < 0.1) {

@@ -31,6 +31,7 @@
 
 #include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/pgconn.h"
 
 #define SAVEPOINT_SQL "SAVEPOINT outbox_consume_msg"
 #define RELEASE_SQL "RELEASE SAVEPOINT outbox_consume_msg"
@@ -336,9 +337,7 @@ static int pg_connect(struct consumer *c)
 {
     if (c->pg_ready || now_s() < c->next_connect)
         return 0;
-    const char *keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *vals[] = {c->o.dsn, "outbox-consume", NULL};
-    c->pg = PQconnectdbParams(keys, vals, 1);
+    c->pg = pgconn_connectdb(c->o.dsn, "outbox-consume", NULL);
     if (c->pg != NULL)
         PQsetNoticeProcessor(c->pg, on_notice, NULL);
     struct consumer_failure why = {{0}, {0}};

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +32,8 @@
 #include "outbox_relay/reaper.h"
 
 #define CONNECT_TIMEOUT 15.0 /* s for one connection attempt */
+#define QUERY_TIMEOUT 10.0   /* s for the answer to a poll, heartbeat or savepoint */
+#define REAP_STALL_TIMEOUT 60.0  /* s of a reaper statement without an answer */
 #define WARN_EVERY 60.0      /* s between repeated connection warnings */
 
 struct maint {
@@ -44,6 +47,14 @@ struct maint {
     bool once;                          /* maint_reap_once: always report */
     bool done;        /* under mu: the thread has finished */
     PGcancel *cancel; /* under mu: for the connection in use */
+    /* Under mu: the reaper's statements are blocking libpq calls (reaper.c);
+     * while one runs, the watchdog thread shuts reap_fd down once
+     * reap_deadline passes, so that a stalled path ends in "connection
+     * lost" instead of a thread blocked forever. -1 / 0 while not reaping. */
+    int reap_fd;
+    double reap_deadline;
+    bool watchdog_started;
+    pthread_t watchdog;
 
     /* The thread's own. */
     PGconn *conn;
@@ -97,6 +108,7 @@ static void disconnect(struct maint *mt)
     pthread_mutex_lock(&mt->mu);
     PQfreeCancel(mt->cancel);
     mt->cancel = NULL;
+    mt->reap_fd = -1; /* before PQfinish closes it: the fd number may be reused */
     pthread_mutex_unlock(&mt->mu);
     PQfinish(mt->conn);
     mt->conn = NULL;
@@ -123,15 +135,19 @@ static int connect_db(struct maint *mt, char *err, size_t errlen)
     return 0;
 }
 
-/* Runs a query expected to return rows; logs and returns NULL on failure. */
+/* Runs a query expected to return rows; logs and returns NULL on failure.
+ * Bounded by QUERY_TIMEOUT: on a stalled path the connection is shut down
+ * (PQstatus turns bad) and the thread reconnects, rather than waiting on
+ * it forever with the slot metrics frozen. */
 static PGresult *query(struct maint *mt, const char *what, const char *sql, int nparams,
                        const char *const *params)
 {
-    PGresult *res = PQexecParams(mt->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    char msg[512];
+    PGresult *res = pgconn_exec(mt->conn, sql, nparams, params, QUERY_TIMEOUT, msg, sizeof msg);
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
-    char msg[512];
-    pgconn_error(mt->conn, msg, sizeof msg);
+    if (res != NULL)
+        pgconn_error(mt->conn, msg, sizeof msg);
     /* A poll that fails every 2 s (say, --dsn points at a standby) warns
      * once a minute, not every time. */
     double now = mono_now();
@@ -193,17 +209,25 @@ static void heartbeat(struct maint *mt)
     PQclear(res);
 }
 
+/* A command whose result does not matter, bounded like query(). */
+static void command(struct maint *mt, const char *sql)
+{
+    char msg[512];
+    PQclear(pgconn_exec(mt->conn, sql, 0, NULL, QUERY_TIMEOUT, msg, sizeof msg));
+}
+
 /* Runs fn; inside a transaction (the reaper's) under a savepoint, so that
  * its failure cannot abort the reaper's work. */
 static void guarded(struct maint *mt, bool in_tx, void (*fn)(struct maint *))
 {
     if (in_tx)
-        PQclear(PQexec(mt->conn, "SAVEPOINT outbox_relay_maint"));
-    fn(mt);
+        command(mt, "SAVEPOINT outbox_relay_maint");
+    if (PQstatus(mt->conn) == CONNECTION_OK)
+        fn(mt);
     if (in_tx && PQstatus(mt->conn) == CONNECTION_OK) {
         if (PQtransactionStatus(mt->conn) == PQTRANS_INERROR)
-            PQclear(PQexec(mt->conn, "ROLLBACK TO SAVEPOINT outbox_relay_maint"));
-        PQclear(PQexec(mt->conn, "RELEASE SAVEPOINT outbox_relay_maint"));
+            command(mt, "ROLLBACK TO SAVEPOINT outbox_relay_maint");
+        command(mt, "RELEASE SAVEPOINT outbox_relay_maint");
     }
 }
 
@@ -237,9 +261,20 @@ static bool reaper_should_stop(void *arg)
     return stopping(arg);
 }
 
+/* The reaper made progress (or starts, or ends: fd -1): the watchdog's
+ * deadline moves. */
+static void reap_progress(struct maint *mt, int fd)
+{
+    pthread_mutex_lock(&mt->mu);
+    mt->reap_fd = fd;
+    mt->reap_deadline = fd >= 0 ? mono_now() + REAP_STALL_TIMEOUT : 0;
+    pthread_mutex_unlock(&mt->mu);
+}
+
 static void reaper_tick(void *arg)
 {
     struct maint *mt = arg;
+    reap_progress(mt, PQsocket(mt->conn));
     if (!mt->in_tick) {
         mt->in_tick = true;
         run_due(mt);
@@ -259,7 +294,9 @@ static int reap(struct maint *mt)
                                 .stop_arg = mt};
     struct reaper_result res;
     char err[REAPER_ERRLEN];
+    reap_progress(mt, PQsocket(mt->conn));
     int rc = reaper_run(mt->conn, &ro, &res, err, sizeof err);
+    reap_progress(mt, -1);
     if (res.off) {
         log_debug("reaper: off (--retention %s)", cfg->retention);
         return rc;
@@ -284,6 +321,32 @@ static int reap(struct maint *mt)
     if (rc < 0 && !stopping(mt))
         log_warn("%s", err);
     return rc;
+}
+
+/* Shuts the connection down under a reaper statement that got no answer
+ * for REAP_STALL_TIMEOUT (see reap_fd). Ends when the thread is done. */
+static void *watchdog_main(void *arg)
+{
+    struct maint *mt = arg;
+    pthread_mutex_lock(&mt->mu);
+    while (!mt->done) {
+        if (mt->reap_fd >= 0 && mt->reap_deadline > 0 && mono_now() >= mt->reap_deadline) {
+            log_warn("maintenance: a reaper statement got no answer for %.0f s (a stalled "
+                     "network path?); closing the connection", REAP_STALL_TIMEOUT);
+            shutdown(mt->reap_fd, SHUT_RDWR);
+            mt->reap_deadline = 0;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 500000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&mt->cv, &mt->mu, &ts);
+    }
+    pthread_mutex_unlock(&mt->mu);
+    return NULL;
 }
 
 static void *maint_main(void *arg)
@@ -391,11 +454,18 @@ struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t 
         free(mt);
         return NULL;
     }
+    mt->reap_fd = -1;
     if ((rc = pthread_create(&mt->thread, NULL, maint_main, mt)) != 0) {
         snprintf(err, errlen, "cannot start the maintenance thread: %s", strerror(rc));
         maint_free(mt);
         return NULL;
     }
+    /* Without the watchdog only a reaper statement on a stalled path could
+     * block for good; run without it rather than not at all. */
+    mt->watchdog_started = pthread_create(&mt->watchdog, NULL, watchdog_main, mt) == 0;
+    if (!mt->watchdog_started)
+        log_warn("maintenance: cannot start its watchdog thread; a stalled path under a "
+                 "reaper statement would go unnoticed");
     return mt;
 }
 
@@ -426,16 +496,20 @@ bool maint_stop(struct maint *mt, double timeout)
     if (!done) {
         log_warn("maintenance thread did not stop within %.0f s; leaving it", timeout);
         pthread_detach(mt->thread);
+        if (mt->watchdog_started)
+            pthread_detach(mt->watchdog);
         return false;
     }
     pthread_join(mt->thread, NULL);
+    if (mt->watchdog_started)
+        pthread_join(mt->watchdog, NULL); /* it ends once done is set */
     maint_free(mt);
     return true;
 }
 
 int maint_reap_once(const struct relay_config *cfg, volatile sig_atomic_t *stop)
 {
-    struct maint mt = {.cfg = cfg, .signal_stop = stop, .once = true,
+    struct maint mt = {.cfg = cfg, .signal_stop = stop, .once = true, .reap_fd = -1,
                        .last_conn_warn = -WARN_EVERY, .last_query_warn = -WARN_EVERY};
     char err[512];
     int rc;

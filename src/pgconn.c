@@ -7,13 +7,34 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 /* Our defaults, then the user's DSN ("dbname" with expand_dbname = 1 takes
  * a whole connection string), which comes last so that it can override
- * them. */
-static const char *const keys[] = {"fallback_application_name", "connect_timeout", "dbname",
-                                   NULL};
+ * them, then "replication" for a walsender. The values are in
+ * pgconn.h. */
+enum { K_APP, K_TIMEOUT, K_KA, K_KA_IDLE, K_KA_INTERVAL, K_KA_COUNT, K_USER_TIMEOUT, K_DSN,
+       K_REPLICATION, K_END };
+static const char *const keys[] = {"fallback_application_name", "connect_timeout",
+                                   "keepalives", "keepalives_idle", "keepalives_interval",
+                                   "keepalives_count", "tcp_user_timeout", "dbname",
+                                   "replication", NULL};
+
+static void fill(const char **vals, const char *dsn, const char *application_name,
+                 const char *replication)
+{
+    vals[K_APP] = application_name;
+    vals[K_TIMEOUT] = PGCONN_CONNECT_TIMEOUT;
+    vals[K_KA] = "1";
+    vals[K_KA_IDLE] = PGCONN_KEEPALIVES_IDLE;
+    vals[K_KA_INTERVAL] = PGCONN_KEEPALIVES_INTERVAL;
+    vals[K_KA_COUNT] = PGCONN_KEEPALIVES_COUNT;
+    vals[K_USER_TIMEOUT] = PGCONN_TCP_USER_TIMEOUT_MS;
+    vals[K_DSN] = dsn;
+    vals[K_REPLICATION] = replication; /* NULL ends the list here */
+    vals[K_END] = NULL;
+}
 
 static double mono_now(void)
 {
@@ -50,11 +71,18 @@ static PGconn *fail(PGconn *c, char *err, size_t errlen)
     return NULL;
 }
 
+PGconn *pgconn_connectdb(const char *dsn, const char *application_name,
+                         const char *replication)
+{
+    const char *vals[K_END + 1];
+    fill(vals, dsn, application_name, replication);
+    return PQconnectdbParams(keys, vals, 1);
+}
+
 PGconn *pgconn_open(const char *dsn, const char *application_name, char *err,
                     size_t errlen)
 {
-    const char *vals[] = {application_name, "10", dsn, NULL};
-    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    PGconn *c = pgconn_connectdb(dsn, application_name, NULL);
     if (PQstatus(c) != CONNECTION_OK)
         return fail(c, err, errlen);
     return c;
@@ -64,7 +92,8 @@ PGconn *pgconn_open_interruptible(const char *dsn, const char *application_name,
                                   double timeout, bool (*stopping)(void *arg), void *arg,
                                   char *err, size_t errlen)
 {
-    const char *vals[] = {application_name, "10", dsn, NULL};
+    const char *vals[K_END + 1];
+    fill(vals, dsn, application_name, NULL);
     PGconn *c = PQconnectStartParams(keys, vals, 1);
     if (c == NULL)
         return fail(c, err, errlen);
@@ -88,4 +117,77 @@ PGconn *pgconn_open_interruptible(const char *dsn, const char *application_name,
     if (PQstatus(c) != CONNECTION_OK)
         return fail(c, err, errlen);
     return c;
+}
+
+/* Ends a connection that did not answer in time: shutdown() makes libpq
+ * read EOF, so PQstatus turns CONNECTION_BAD and every caller's "connection
+ * lost" path applies; the socket itself is closed by PQfinish. */
+static void give_up(PGconn *c)
+{
+    if (PQsocket(c) >= 0)
+        shutdown(PQsocket(c), SHUT_RDWR);
+    PQconsumeInput(c);
+}
+
+PGresult *pgconn_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
+                      double timeout, char *err, size_t errlen)
+{
+    int was_nonblocking = PQisnonblocking(c);
+    bool timed_out = false;
+    PGresult *last = NULL;
+    double deadline = mono_now() + timeout;
+    if (!was_nonblocking && PQsetnonblocking(c, 1) != 0)
+        goto fail;
+    int sent = nparams > 0 ? PQsendQueryParams(c, sql, nparams, NULL, params, NULL, NULL, 0)
+                           : PQsendQuery(c, sql);
+    if (!sent)
+        goto fail;
+    for (;;) {
+        int flushing = PQflush(c);
+        if (flushing < 0)
+            goto fail;
+        while (flushing == 1 || PQisBusy(c)) {
+            int wait_ms = -1;
+            if (timeout > 0) {
+                double left = deadline - mono_now();
+                if (left <= 0) {
+                    give_up(c);
+                    snprintf(err, errlen, "no answer from the server within %.0f s (a stalled "
+                             "network path?); closed the connection", timeout);
+                    timed_out = true;
+                    goto fail;
+                }
+                wait_ms = (int) (left * 1000) + 1;
+            }
+            struct pollfd pfd = {.fd = PQsocket(c),
+                                 .events = POLLIN | (flushing == 1 ? POLLOUT : 0)};
+            int n = poll(&pfd, 1, wait_ms);
+            if (n < 0 && errno != EINTR)
+                goto fail;
+            if (n > 0 && PQconsumeInput(c) == 0)
+                goto fail;
+            if ((flushing = PQflush(c)) < 0)
+                goto fail;
+        }
+        PGresult *r = PQgetResult(c);
+        if (r == NULL)
+            break;
+        PQclear(last);
+        last = r;
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_COPY_BOTH || st == PGRES_COPY_OUT || st == PGRES_COPY_IN)
+            break; /* the copy has begun: no more results until it ends */
+    }
+    if (!was_nonblocking)
+        PQsetnonblocking(c, 0);
+    if (last == NULL)
+        goto fail;
+    return last;
+fail:
+    if (!timed_out)
+        pgconn_error(c, err, errlen);
+    PQclear(last);
+    if (!was_nonblocking && PQstatus(c) == CONNECTION_OK)
+        PQsetnonblocking(c, 0);
+    return NULL;
 }

@@ -23,8 +23,10 @@
 
 #include "outbox_relay/backfill.h"
 #include "outbox_relay/decoder.h"
+#include "outbox_relay/liveness.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
+#include "outbox_relay/pgconn.h"
 #include "outbox_relay/sink.h"
 #include "outbox_relay/stream.h"
 #include "outbox_relay/tracker.h"
@@ -86,6 +88,7 @@ struct relay {
     lsn_t sent_flush;   /* flush position in our last status update */
     double last_status; /* monotonic seconds */
     bool force_status;
+    struct liveness live; /* --wal-receiver-timeout of the current session */
     int64_t tx_commit_us; /* commit time of the open transaction, 0 unknown */
     struct partition *partitions; /* tables of the outbox's schema seen so far */
     size_t npartitions;
@@ -508,6 +511,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                 .failover_slot = cfg->failover_slot,
                                 .recreate_slot = cfg->recreate_slot,
                                 .takeover_after = cfg->takeover_after,
+                                .query_timeout = cfg->wal_receiver_timeout,
                                 .on_creating = on_slot_creating,
                                 .on_created = on_slot_created, .on_created_ctx = r};
     struct backfill_options bo = {.dsn = cfg->dsn, .slot = cfg->slot,
@@ -563,11 +567,11 @@ static bool window_open(const struct relay *r)
            sink_inflight_bytes(r->sink) < (size_t) r->cfg->max_inflight_bytes;
 }
 
-static int send_status(struct relay *r, double now)
+static int send_status_asking(struct relay *r, double now, bool reply_requested)
 {
     lsn_t flush = tracker_confirmed(r->tracker);
     lsn_t write = r->stats.received_lsn > flush ? r->stats.received_lsn : flush;
-    int rc = stream_send_status(r->stream, write, flush, false);
+    int rc = stream_send_status(r->stream, write, flush, reply_requested);
     if (rc < 0)
         return rc;
     if (flush != r->sent_flush)
@@ -577,6 +581,31 @@ static int send_status(struct relay *r, double now)
     r->last_status = now;
     r->force_status = false;
     return 0;
+}
+
+static int send_status(struct relay *r, double now)
+{
+    return send_status_asking(r, now, false);
+}
+
+/* --wal-receiver-timeout: asks the server for a reply at half of it, and
+ * gives the connection up (STREAM_RETRY) after all of it without a frame.
+ * A stalled path keeps the socket open and silent forever; without this the
+ * relayer would wait on it forever. Returns 0 or a negative enum stream_rc. */
+static int check_liveness(struct relay *r, double now)
+{
+    switch (liveness_check(&r->live, now)) {
+    case LIVENESS_PING:
+        log_debug("slot=%s: nothing from the server for %.1f s; asking for a reply",
+                  r->cfg->slot, liveness_silence(&r->live, now));
+        liveness_pinged(&r->live);
+        return send_status_asking(r, now, true) < 0 ? STREAM_RETRY : 0;
+    case LIVENESS_DEAD:
+        return stream_timed_out(r->stream, liveness_silence(&r->live, now));
+    case LIVENESS_OK:
+    default:
+        return 0;
+    }
 }
 
 /* Seconds until the next status update is due (0 = now). */
@@ -683,10 +712,8 @@ static int outbox_partition(struct relay *r, const struct w2j_value *table)
         if (strcmp(r->partitions[i].name, name) == 0)
             return r->partitions[i].member;
 
-    const char *keys[] = {"fallback_application_name", "dbname", NULL};
-    const char *vals[] = {"outbox-relay", r->cfg->dsn, NULL};
     const char *params[] = {r->cfg->table_schema, r->cfg->table_name, name};
-    PGconn *conn = PQconnectdbParams(keys, vals, 1);
+    PGconn *conn = pgconn_connectdb(r->cfg->dsn, "outbox-relay", NULL);
     PGresult *res = PQexecParams(
         conn,
         "SELECT EXISTS (SELECT 1 FROM pg_partition_tree("
@@ -847,6 +874,7 @@ static void publish_gauges(struct relay *r, bool streaming)
 static int session(struct relay *r)
 {
     struct wire_msg msg;
+    liveness_init(&r->live, r->cfg->wal_receiver_timeout, now_s());
     if (send_status(r, now_s()) < 0)
         return STREAM_RETRY;
     for (;;) {
@@ -862,13 +890,14 @@ static int session(struct relay *r)
         if (r->rewind && sink_inflight(r->sink) == 0)
             return SESSION_REWIND;
 
-        bool reading = window_open(r);
+        bool reading = window_open(r), heard = false;
         for (int n = 1; reading && !r->fatal; n++) {
             int rc = stream_read(r->stream, &msg);
             if (rc == 0)
                 break;
             if (rc < 0)
                 return rc;
+            heard = true;
             handle_frame(r, &msg);
             if (n % READ_BATCH == 0) {
                 serve(r, 0);
@@ -883,12 +912,22 @@ static int session(struct relay *r)
             return STREAM_FATAL;
 
         double now = now_s();
+        /* While the window is full nothing is read, so silence proves
+         * nothing: the timeout counts only while the relayer reads. */
+        if (heard || !reading)
+            liveness_heard(&r->live, now);
+        int lrc = check_liveness(r, now);
+        if (lrc < 0)
+            return lrc;
         double due = status_due_in(r, now, !reading);
         if (due == 0) {
             if (send_status(r, now) < 0)
                 return STREAM_RETRY;
             due = status_due_in(r, now, !reading);
         }
+        double live_due = liveness_due_in(&r->live, now);
+        if (live_due < due)
+            due = live_due;
 
         publish_gauges(r, true);
         struct pollfd pfd[2] = {
@@ -904,6 +943,7 @@ static int session(struct relay *r)
             int rc = stream_consume(r->stream);
             if (rc < 0)
                 return rc;
+            liveness_heard(&r->live, now_s()); /* bytes came, if not yet a whole frame */
         }
     }
 }

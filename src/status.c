@@ -20,6 +20,7 @@
 #include "outbox_relay/pgconn.h"
 
 #define KEYW "-16"
+#define STATUS_QUERY_TIMEOUT 10.0 /* s: a stalled path makes `status` report, not hang */
 
 struct verdict {
     FILE *out;
@@ -43,11 +44,13 @@ static void unhealthy(struct verdict *v, const char *fmt, ...)
 static PGresult *query(PGconn *conn, const char *what, const char *sql, int nparams,
                        const char *const *params)
 {
-    PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    char msg[512];
+    PGresult *res = pgconn_exec(conn, sql, nparams, params, STATUS_QUERY_TIMEOUT, msg,
+                                sizeof msg);
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
-    char msg[512];
-    pgconn_error(conn, msg, sizeof msg);
+    if (res != NULL)
+        pgconn_error(conn, msg, sizeof msg);
     log_error("status: %s failed: %s", what, msg);
     PQclear(res);
     return NULL;
@@ -166,7 +169,9 @@ static int report_table(PGconn *conn, const struct relay_config *cfg, struct ver
     char rows[32];
     snprintf(rows, sizeof rows, "%s", PQgetisnull(res, 0, 0) ? "" : PQgetvalue(res, 0, 0));
     PQclear(res);
-    PQclear(PQexec(conn, "SET lock_timeout = '2s'"));
+    char ignored[512];
+    PQclear(pgconn_exec(conn, "SET lock_timeout = '2s'", 0, NULL, STATUS_QUERY_TIMEOUT, ignored,
+                        sizeof ignored));
     snprintf(sql, sizeof sql,
              "SELECT created_at::text, extract(epoch FROM now() - created_at) FROM %s "
              "ORDER BY created_at LIMIT 1", qtable);

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "outbox_relay/log.h"
+#include "outbox_relay/pgconn.h"
 
 #define STREAM_ERRLEN 1024
 
@@ -33,6 +34,7 @@ struct stream {
     bool recreate_slot;
     bool failover_slot;
     double takeover_after;
+    double query_timeout;
     int (*on_creating)(void *ctx, bool *export_snapshot, char *err, size_t errlen);
     int (*on_created)(void *ctx, const char *snapshot, lsn_t consistent, bool *drop_slot,
                       char *err, size_t errlen);
@@ -40,6 +42,8 @@ struct stream {
     PGconn *conn;
     bool streaming; /* START_REPLICATION succeeded on conn */
     bool partitioned; /* the outbox table is partitioned */
+    int dead_pid; /* walsender of our last streaming connection, closed since
+                     (it may still hold the slot: see take_over) */
     char *copybuf; /* last frame from PQgetCopyData, freed on the next read */
     char errstr[STREAM_ERRLEN];
 };
@@ -63,6 +67,7 @@ struct stream *stream_new(const struct stream_options *opts)
     s->failover_slot = opts->failover_slot;
     s->recreate_slot = opts->recreate_slot;
     s->takeover_after = opts->takeover_after;
+    s->query_timeout = opts->query_timeout;
     s->on_creating = opts->on_creating;
     s->on_created = opts->on_created;
     s->on_created_ctx = opts->on_created_ctx;
@@ -137,6 +142,8 @@ static int fail(struct stream *s, int rc, const char *fmt, ...)
 
 void stream_close(struct stream *s)
 {
+    if (s->conn != NULL && s->streaming)
+        s->dead_pid = PQbackendPID(s->conn);
     if (s->copybuf != NULL) {
         PQfreemem(s->copybuf);
         s->copybuf = NULL;
@@ -146,6 +153,13 @@ void stream_close(struct stream *s)
         s->conn = NULL;
     }
     s->streaming = false;
+}
+
+int stream_timed_out(struct stream *s, double silence)
+{
+    return fail(s, STREAM_RETRY, "slot=%s: nothing received from the server for %.1f s "
+                "(--wal-receiver-timeout): the connection is considered dead (a stalled "
+                "network path?)", s->slot, silence);
 }
 
 bool stream_streaming(const struct stream *s)
@@ -176,13 +190,8 @@ static int classify_connect_error(struct stream *s, const char *msg)
 
 static int connect_replication(struct stream *s)
 {
-    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
-                          "keepalives_count", "fallback_application_name", "dbname",
-                          "replication", NULL};
-    const char *vals[] = {"10", "10", "5", "3", "outbox-relay", s->dsn, "database", NULL};
-
     stream_close(s);
-    s->conn = PQconnectdbParams(keys, vals, 1);
+    s->conn = pgconn_connectdb(s->dsn, "outbox-relay", "database");
     if (s->conn == NULL)
         return fail(s, STREAM_RETRY, "cannot connect to PostgreSQL: out of memory");
     if (PQstatus(s->conn) != CONNECTION_OK) {
@@ -194,10 +203,23 @@ static int connect_replication(struct stream *s)
     return STREAM_OK;
 }
 
+/* PQexec with the stream's deadline (--wal-receiver-timeout), so that a
+ * path that stalls while the stream is set up cannot hang it: without an
+ * answer in time the connection is shut down (PQstatus turns
+ * CONNECTION_BAD, every caller's retry path) and NULL returned. */
+static PGresult *exec_bounded(struct stream *s, const char *sql)
+{
+    char err[STREAM_ERRLEN];
+    PGresult *res = pgconn_exec(s->conn, sql, 0, NULL, s->query_timeout, err, sizeof err);
+    if (res == NULL && strstr(err, "no answer") != NULL)
+        log_warn("slot=%s: %s", s->slot, err);
+    return res;
+}
+
 /* Runs a command that returns rows; on error fills errstr and returns NULL. */
 static PGresult *query(struct stream *s, const char *sql, const char *what)
 {
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
     char msg[STREAM_ERRLEN];
@@ -272,6 +294,33 @@ bool stream_outbox_partitioned(const struct stream *s)
 
 enum slot_state { SLOT_MISSING, SLOT_READY };
 
+/* The slot is held by the walsender of our own previous connection, which
+ * we dropped (it stalled, or timed out): the server notices only after its
+ * wal_sender_timeout, or never while the stalled path swallows its writes.
+ * The connection is ours and closed, so ending its backend loses nothing:
+ * terminate it (allowed for the same role, or with pg_signal_backend) and
+ * look again soon; when the role may not, wait for the server. */
+static int take_back(struct stream *s, const char *pid)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", s->dead_pid);
+    PGresult *res = exec_bounded(s, sql);
+    bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+              strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    char msg[STREAM_ERRLEN];
+    copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
+    PQclear(res);
+    if (ok) {
+        log_warn("slot=%s: still held by walsender PID %s of our previous connection, which "
+                 "we dropped; terminated it to take the slot back", s->slot, pid);
+        return fail(s, STREAM_BUSY, "slot=%s: waiting for our previous walsender (PID %s) "
+                    "to exit", s->slot, pid);
+    }
+    return fail(s, STREAM_BUSY, "slot=%s: still held by walsender PID %s of our previous "
+                "connection; cannot terminate it (%s): waiting until the server's "
+                "wal_sender_timeout ends it", s->slot, pid, *msg ? msg : "not permitted");
+}
+
 /* The slot is held by walsender `pid`. With --takeover-after, a walsender
  * whose client has sent nothing for that long (a partitioned or hung
  * relayer: a crashed one closes its socket and the server frees the slot by
@@ -280,6 +329,8 @@ enum slot_state { SLOT_MISSING, SLOT_READY };
  * one at least every --status-interval. */
 static int take_over(struct stream *s, const char *pid)
 {
+    if (s->dead_pid != 0 && atoi(pid) == s->dead_pid)
+        return take_back(s, pid);
     int rc = fail(s, STREAM_BUSY, "slot=%s is active for PID %s; waiting as a standby "
                   "(another relayer may own it)", s->slot, pid);
     if (s->takeover_after <= 0 || strspn(pid, "0123456789") != strlen(pid) || *pid == '\0')
@@ -288,7 +339,7 @@ static int take_over(struct stream *s, const char *pid)
     snprintf(sql, sizeof sql,
              "SELECT COALESCE(EXTRACT(EPOCH FROM now() - COALESCE(reply_time, backend_start)), "
              "0) FROM pg_stat_replication WHERE pid = %s", pid);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     double silent = -1;
     if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
         silent = strtod(PQgetvalue(res, 0, 0), NULL);
@@ -296,7 +347,7 @@ static int take_over(struct stream *s, const char *pid)
     if (silent < s->takeover_after)
         return rc;
     snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%s)", pid);
-    res = PQexec(s->conn, sql);
+    res = exec_bounded(s, sql);
     bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
               strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     char msg[STREAM_ERRLEN];
@@ -468,7 +519,7 @@ static int check_slot_history(struct stream *s)
              "SELECT created_lsn, created_at, to_jsonb(h)->>'backfill_state' "
              "FROM public.outbox_relay_slots h WHERE slot_name = %s", lit);
     PQfreemem(lit);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     int rc = STREAM_OK;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (PQstatus(s->conn) != CONNECTION_OK) {
@@ -521,7 +572,7 @@ static int check_backfill_marker(struct stream *s)
              "SELECT to_jsonb(h)->>'backfill_state' FROM public.outbox_relay_slots h "
              "WHERE slot_name = %s", lit);
     PQfreemem(lit);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     int rc = STREAM_OK;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (PQstatus(s->conn) != CONNECTION_OK)
@@ -551,7 +602,7 @@ static void record_slot(struct stream *s, lsn_t lsn)
              "SET created_lsn = EXCLUDED.created_lsn, created_at = now()",
              lit, LSN_ARGS(lsn));
     PQfreemem(lit);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = exec_bounded(s, sql);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         char msg[STREAM_ERRLEN];
         copy_pq_message(msg, sizeof msg, PQerrorMessage(s->conn));
@@ -610,10 +661,11 @@ static int start_replication(struct stream *s, lsn_t start)
     if (stream_build_start_command(&o, start, cmd, sizeof cmd) < 0)
         return fail(s, STREAM_FATAL, "slot=%s: START_REPLICATION command too long", s->slot);
 
-    PGresult *res = PQexec(s->conn, cmd);
+    PGresult *res = exec_bounded(s, cmd);
     if (PQresultStatus(res) == PGRES_COPY_BOTH) {
         PQclear(res);
         s->streaming = true;
+        s->dead_pid = 0;
         return STREAM_OK;
     }
     char msg[STREAM_ERRLEN];

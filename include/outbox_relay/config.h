@@ -43,6 +43,7 @@ struct relay_config {
     long max_inflight;
     long max_inflight_bytes;
     double status_interval;    /* seconds */
+    double wal_receiver_timeout; /* seconds without any frame before reconnecting, 0 = off */
     double shutdown_timeout;   /* seconds to wait for deliveries on stop */
     double reconnect_max;      /* seconds: cap of the reconnect backoff */
     enum poison_policy on_poison;

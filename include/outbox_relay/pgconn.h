@@ -1,9 +1,18 @@
 /*
- * pgconn.h — opening the relayer's ordinary (non-replication) PostgreSQL
- * connections, the maintenance thread's (maint.c) and `status`'s
- * (status.c), the same way: our defaults (an application name, libpq's
- * connect_timeout of 10 s) with the user's DSN last so that it can override
- * them, and libpq's multi-line messages turned into one log line.
+ * pgconn.h — opening every PostgreSQL connection of the relayer and its
+ * tools the same way (the replication stream's, the maintenance thread's,
+ * `status`'s, the backfill's, the partition lookup's): our defaults with
+ * the user's DSN last so that it can override them, and libpq's multi-line
+ * messages turned into one log line.
+ *
+ * The defaults bound how long a dead path can go unnoticed by the kernel:
+ * connect_timeout 10 s; TCP keepalives after 10 s idle, every 5 s, 3 lost
+ * (a vanished peer is found within about 25 s); tcp_user_timeout 30 s (data
+ * sent and not acknowledged for that long ends the connection). None of
+ * them sees a path that a proxy or load balancer terminates and then
+ * stalls: its own kernel acknowledges everything. For those, queries run
+ * with pgconn_exec's deadline and the replication loop has its
+ * --wal-receiver-timeout.
  */
 #ifndef OUTBOX_RELAY_PGCONN_H
 #define OUTBOX_RELAY_PGCONN_H
@@ -11,6 +20,20 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+#define PGCONN_CONNECT_TIMEOUT "10"
+#define PGCONN_KEEPALIVES_IDLE "10"
+#define PGCONN_KEEPALIVES_INTERVAL "5"
+#define PGCONN_KEEPALIVES_COUNT "3"
+#define PGCONN_TCP_USER_TIMEOUT_MS "30000"
+
+/* Connects with the defaults above, blocking (connect_timeout applies).
+ * application_name is used unless the DSN names one; replication is NULL
+ * for an ordinary connection or "database" for a logical walsender. Returns
+ * the connection whatever its state (check PQstatus; PQfinish it in every
+ * case), NULL only when out of memory. */
+PGconn *pgconn_connectdb(const char *dsn, const char *application_name,
+                         const char *replication);
 
 /* Connects to dsn, blocking (libpq's connect_timeout applies).
  * application_name is used unless the DSN names one. Returns the
@@ -26,6 +49,17 @@ PGconn *pgconn_open(const char *dsn, const char *application_name, char *err,
 PGconn *pgconn_open_interruptible(const char *dsn, const char *application_name,
                                   double timeout, bool (*stopping)(void *arg), void *arg,
                                   char *err, size_t errlen);
+
+/* Runs sql and waits at most timeout seconds (<= 0: no limit) for all of
+ * its results, without blocking past the deadline on a stalled path. With
+ * nparams > 0 the text parameters go with the extended protocol; with 0 the
+ * simple protocol is used, the only one a walsender accepts. Returns the
+ * last result (the caller's to PQclear; stops at a COPY result), or NULL
+ * with the reason in err: the connection was lost, or no answer came in
+ * time, in which case the connection has been shut down (PQstatus is then
+ * CONNECTION_BAD: reconnect). */
+PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                      double timeout, char *err, size_t errlen);
 
 /* Copies conn's last error message into buf (capacity cap) as one line:
  * newlines become spaces, trailing ones are dropped. */

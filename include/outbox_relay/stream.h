@@ -45,6 +45,9 @@ struct stream_options {
     bool failover_slot;         /* create it with FAILOVER (PostgreSQL 17+) */
     double takeover_after;      /* > 0: terminate a walsender holding the slot
                                    whose client has been silent this long */
+    double query_timeout;       /* > 0: longest wait for the answer to a setup
+                                   command (a stalled path); the connection is
+                                   then closed and STREAM_RETRY returned */
     /* Called when the slot is missing, right before this stream creates
      * it. Returns STREAM_OK to go on (setting *export_snapshot to have the
      * snapshot of the slot's consistent point exported and handed to
@@ -89,6 +92,11 @@ int stream_consume(struct stream *s);
 
 /* Sends a standby status update. Returns 0 or a negative enum stream_rc. */
 int stream_send_status(struct stream *s, lsn_t write, lsn_t flush, bool reply_requested);
+
+/* Says in errstr that nothing arrived for silence seconds (the relayer's
+ * --wal-receiver-timeout) and returns STREAM_RETRY; the caller then closes
+ * the stream and reconnects. */
+int stream_timed_out(struct stream *s, double silence);
 
 /* Whether stream_start may create a missing slot. The relayer turns it off
  * once it has streamed from the slot: a slot that disappears later was

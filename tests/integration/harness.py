@@ -553,7 +553,7 @@ class _LineReader:
 class MockBroker:
     """build/mock-broker as a subprocess: .bootstrap and .cmd(line)."""
 
-    def __init__(self, log_dir, brokers=1, partitions=4, binary=None):
+    def __init__(self, log_dir, brokers=1, partitions=4, binary=None, extra_args=()):
         binary = binary or os.path.join(tools_dir(), "mock-broker")
         if not os.access(binary, os.X_OK):
             raise FileNotFoundError("%s not built (cmake --build build --target mock-broker)" % binary)
@@ -567,7 +567,8 @@ class MockBroker:
         if not os.access(preload, os.R_OK):
             raise FileNotFoundError("%s not built (cmake --build build --target nodelay)" % preload)
         env = dict(os.environ, LD_PRELOAD=preload)
-        self.proc = subprocess.Popen([binary, "--brokers", str(brokers), "--partitions", str(partitions)],
+        self.proc = subprocess.Popen([binary, "--brokers", str(brokers), "--partitions", str(partitions)]
+                                     + list(extra_args),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      env=env, preexec_fn=_die_with_parent)
         _register(self)
@@ -944,3 +945,156 @@ def produce(bootstrap, topic, messages, timeout=30, **conf):
     if left:
         errors.append("%d message(s) not delivered within %.1fs" % (left, timeout))
     return errors
+
+
+# --------------------------------------------------------------------------
+# Fault proxy (tests/tools/fault_proxy.py)
+# --------------------------------------------------------------------------
+
+class FaultProxy:
+    """tests/tools/fault_proxy.py in front of 127.0.0.1:target_port: point a
+    client at .port, then break its path with .stall(), .resume(), .delay(),
+    .cut(), .reset(), .refuse(). direction: "up" (client -> target), "down"
+    (target -> client) or "both"; which: "existing" (the connections open
+    now), "new", "all" or a connection id (see .conns()).
+
+    The proxy exits when this object's stdin pipe closes (the test process
+    died), after max_seconds, or on .stop()."""
+
+    def __init__(self, target_port, log_dir, listen_port=0, max_seconds=1800):
+        script = os.path.join(REPO_ROOT, "tests", "tools", "fault_proxy.py")
+        self.logfile = os.path.join(log_dir, "fault-proxy-%s.log" % uuid.uuid4().hex[:6])
+        self._log = open(self.logfile, "wb")
+        self.target_port = target_port
+        self.proc = subprocess.Popen(
+            ["python3", script, "--target", "127.0.0.1:%d" % target_port,
+             "--listen", "127.0.0.1:%d" % listen_port, "--max-seconds", str(max_seconds)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            preexec_fn=_die_with_parent)
+        _register(self)
+        self._reader = _LineReader(self.proc.stdout.fileno())
+        try:
+            line = self._reader.readline(15)
+        except Exception:
+            self.cleanup()
+            raise
+        if not line.startswith("LISTEN "):
+            self.cleanup()
+            raise RuntimeError("fault_proxy said %r" % line)
+        self.port = int(line.rsplit(":", 1)[1])
+        self.address = "127.0.0.1:%d" % self.port
+
+    def cmd(self, line, timeout=10):
+        """One command; returns the answer after "ok" ('' if none); an
+        "err" answer raises."""
+        self.proc.stdin.write((line + "\n").encode())
+        self.proc.stdin.flush()
+        answer = self._reader.readline(timeout)
+        if not answer.startswith("ok"):
+            raise RuntimeError("fault_proxy %r -> %r" % (line, answer))
+        return answer[2:].strip()
+
+    def stall(self, direction="both", which="existing"):
+        self.cmd("stall %s %s" % (direction, which))
+
+    def resume(self, direction="both", which="all"):
+        self.cmd("resume %s %s" % (direction, which))
+
+    def delay(self, ms, direction="both", which="all"):
+        self.cmd("delay %d %s %s" % (ms, direction, which))
+
+    def cut(self, direction="both", which="existing"):
+        self.cmd("cut %s %s" % (direction, which))
+
+    def reset(self, which="existing"):
+        self.cmd("reset %s" % which)
+
+    def refuse(self, on=True):
+        self.cmd("refuse %s" % ("on" if on else "off"))
+
+    def conns(self):
+        """The open connections: [{"id", "up", "down", "flags", "port"}]
+        (bytes forwarded each way; flags U/D stalled up/down, u/d EOF seen;
+        port: the proxy's local port towards the target, PostgreSQL's
+        pg_stat_activity.client_port)."""
+        words = self.cmd("conns").split()
+        out = []
+        for w in words[1:]:
+            cid, up, down, flags, port = w.split(":")
+            out.append({"id": int(cid), "up": int(up), "down": int(down),
+                        "flags": "" if flags == "-" else flags, "port": int(port)})
+        return out
+
+    def conn_for_port(self, port):
+        """The id of the connection whose target side uses local port
+        `port` (pg_stat_activity.client_port), or None."""
+        for c in self.conns():
+            if c["port"] == port:
+                return c["id"]
+        return None
+
+    def stats(self):
+        """Since start: {"accepted": connections, "up": bytes, "down": bytes}."""
+        return {k: int(v) for k, v in (w.split("=") for w in self.cmd("stats").split())}
+
+    def stop(self, timeout=10):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b"quit\n")
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def cleanup(self):
+        try:
+            self.stop()
+        finally:
+            for f in (self.proc.stdout, self._log):
+                try:
+                    f.close()
+                except Exception:
+                    pass
+            _unregister(self)
+
+
+class ProxiedBroker(MockBroker):
+    """A MockBroker whose every client connection goes through a FaultProxy
+    per broker: the brokers advertise the proxies' ports (mock-broker
+    --advertise), so .bootstrap and the Metadata both name the proxies.
+    .proxies[i] is broker i+1's proxy; .stall()/.resume() act on all."""
+
+    def __init__(self, log_dir, brokers=1, partitions=4):
+        ports = [free_port() for _ in range(brokers)]
+        super().__init__(log_dir, brokers=brokers, partitions=partitions,
+                         extra_args=["--advertise", ",".join(map(str, ports))])
+        self.proxies = []
+        try:
+            line = self._reader.readline(15)
+            if not line.startswith("LISTEN "):
+                raise RuntimeError("mock-broker said %r" % line)
+            real = [int(a.rsplit(":", 1)[1]) for a in line.split(" ", 1)[1].split(",")]
+            for adv, port in zip(ports, real):
+                self.proxies.append(FaultProxy(port, log_dir, listen_port=adv))
+        except Exception:
+            self.cleanup()
+            raise
+
+    def stall(self, direction="both", which="existing"):
+        for p in self.proxies:
+            p.stall(direction, which)
+
+    def resume(self, direction="both", which="all"):
+        for p in self.proxies:
+            p.resume(direction, which)
+
+    def cleanup(self):
+        for p in getattr(self, "proxies", []):
+            p.cleanup()
+        super().cleanup()

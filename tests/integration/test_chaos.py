@@ -12,6 +12,18 @@ back) while the test, acting as a supervisor:
     and with a small in-flight window (--max-inflight 100) it stops reading
     and keeps the replication connection alive meanwhile (no reconnect).
     The outage lasts CHAOS_OUTAGE seconds (default 12).
+  - stalls the relayer's PostgreSQL path: a fault proxy (tests/tools/
+    fault_proxy.py) between the relayer and the server stops forwarding on
+    every open connection (replication and maintenance) and keeps them
+    open, new connections pass. The relayer must give the replication
+    connection up after --wal-receiver-timeout (4 s here; the default is
+    proved in test_stall.py), take its slot back from its own dead
+    walsender and stream again, without exiting;
+  - stalls every broker path the same way (mock-broker advertises the
+    proxies, so every Kafka connection goes through them) for
+    CHAOS_BROKER_STALL seconds (default 8): deliveries wait, the window
+    fills, the relayer stops reading WAL and must keep its replication
+    connection (no reconnect) and resume when the path does.
 
 Every event carries a per-aggregate sequence number handed out by the
 database itself: each transaction increments the aggregate's row in
@@ -35,7 +47,7 @@ up to their high watermarks and asserts:
   - the relayer never exited except by our SIGKILLs and the final SIGTERM.
 
 It prints the seed (CHAOS_SEED reproduces the schedule), the counts and the
-timings. Run time on a busy 2-core machine: about 60-90 s.
+timings. Run time on a busy 2-core machine: about 60-100 s.
 """
 
 import json
@@ -59,6 +71,7 @@ PRODUCERS = 4
 TX_PER_SECOND = 6            # per producer thread
 AGGREGATES = 16
 ROLLBACK_RATE = 0.15
+WAL_RECEIVER_TIMEOUT = 4     # s, --wal-receiver-timeout: the PostgreSQL path stall
 
 
 def _env_int(name, default):
@@ -232,7 +245,27 @@ def wait_streaming(pg, sup, timeout):
         return False
 
 
-def test_chaos(pg, broker_factory, relayer):
+@pytest.fixture
+def proxied_broker(tmp_path):
+    """Three mock brokers, each behind a fault proxy that they advertise."""
+    b = harness.ProxiedBroker(str(tmp_path), brokers=3)
+    yield b
+    b.cleanup()
+
+
+@pytest.fixture
+def pg_proxy(pg, tmp_path):
+    """A fault proxy in front of pg: the relayer's path to PostgreSQL."""
+    p = harness.FaultProxy(pg.port, str(tmp_path))
+    yield p
+    p.cleanup()
+
+
+def count_reconnects(r):
+    return len(re.findall(r"reconnecting \(", r.log_text()))
+
+
+def test_chaos(pg, proxied_broker, pg_proxy, relayer):
     seed = _env_int("CHAOS_SEED", int(time.time() * 1000) % 1000000)
     duration = _env_int("CHAOS_SECONDS", 50)
     n_kills = _env_int("CHAOS_KILLS", 4)
@@ -241,7 +274,7 @@ def test_chaos(pg, broker_factory, relayer):
           % (seed, seed, duration, n_kills))
     t_begin = time.monotonic()
 
-    broker = broker_factory(brokers_n=3)
+    broker = proxied_broker
     for t in TOPICS:
         broker.cmd("topic %s 4" % t)
     aggs = [str(uuid.uuid4()) for _ in range(AGGREGATES)]
@@ -252,9 +285,11 @@ def test_chaos(pg, broker_factory, relayer):
     pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
     pg.create_slot(SLOT, "wal2json")
 
-    sup = Supervisor(relayer, ["--dsn", pg.dsn(), "--brokers", broker.bootstrap,
+    relay_dsn = "host=127.0.0.1 port=%d dbname=postgres user=postgres" % pg_proxy.port
+    sup = Supervisor(relayer, ["--dsn", relay_dsn, "--brokers", broker.bootstrap,
                                "--status-interval", "0.5", "--reconnect-max", "2",
-                               "--shutdown-timeout", "10", "--max-inflight", "100"])
+                               "--shutdown-timeout", "10", "--max-inflight", "100",
+                               "--wal-receiver-timeout", str(WAL_RECEIVER_TIMEOUT)])
     sup.start()
     assert wait_streaming(pg, sup, 30), sup.current.log_tail()
 
@@ -271,6 +306,10 @@ def test_chaos(pg, broker_factory, relayer):
     slots += [(0.04 * d, 0.95 * d)] * max(0, n_kills - 4)
     plan = [(rng.uniform(a, b), "kill") for a, b in slots[:n_kills]]
     plan += [(pg_at, "pg_restart"), (outage_at, "broker_outage")]
+    # The stalls come after the outage; a kill planned meanwhile waits for
+    # the stall to be over (the plan runs one step at a time).
+    plan += [(0.55 * d, "pg_stall"), (0.75 * d, "broker_stall")]
+    broker_stall = float(_env_int("CHAOS_BROKER_STALL", 8))
     plan.sort()
 
     stop = threading.Event()
@@ -280,7 +319,7 @@ def test_chaos(pg, broker_factory, relayer):
         p.start()
 
     survived = {}
-    outage_reconnects = None
+    outage_reconnects = broker_stall_reconnects = None
     try:
         for at, what in plan:
             while time.monotonic() - t0 < at:
@@ -307,7 +346,7 @@ def test_chaos(pg, broker_factory, relayer):
                          else "NOT streaming again within 60 s"))
             elif what == "broker_outage":
                 r = sup.current
-                reconnects_before = len(re.findall(r"reconnecting \(", r.log_text()))
+                reconnects_before = count_reconnects(r)
                 t = time.monotonic()
                 broker.cmd("down")
                 alive = True
@@ -318,11 +357,55 @@ def test_chaos(pg, broker_factory, relayer):
                 time.sleep(1)
                 survived["broker_outage"] = (r.pid, alive and r.running() and sup.current is r,
                                              r.returncode)
-                outage_reconnects = len(re.findall(r"reconnecting \(", r.log_text())) - reconnects_before
+                outage_reconnects = count_reconnects(r) - reconnects_before
                 print("  %5.1f s  all brokers down for %.1f s; relayer pid %d %s, %d replication "
                       "reconnects meanwhile" % (t - t0, outage, r.pid,
                                                 "alive" if r.running() else "EXITED rc=%s" % r.returncode,
                                                 outage_reconnects))
+            elif what == "pg_stall":
+                wait_streaming(pg, sup, 15)
+                r = sup.current
+                old_pid = (pg.slot_info(SLOT) or {}).get("active_pid")
+                t = time.monotonic()
+                pg_proxy.stall("both")
+
+                def new_walsender():
+                    sup.check()
+                    info = pg.slot_info(SLOT) or {}
+                    return info.get("active") and info.get("active_pid") != old_pid
+
+                try:
+                    wait_until(new_walsender, WAL_RECEIVER_TIMEOUT + 25, interval=0.2,
+                               message="a new walsender")
+                    back = time.monotonic() - t
+                except AssertionError:
+                    back = None
+                survived["pg_stall"] = (r.pid, back is not None and r.running() and
+                                        sup.current is r, r.returncode)
+                print("  %5.1f s  PostgreSQL path stalled; relayer pid %d %s, %s"
+                      % (t - t0, r.pid,
+                         "alive" if r.running() else "EXITED rc=%s" % r.returncode,
+                         "streaming again on a new connection %.1f s later" % back
+                         if back is not None else "NOT streaming again"))
+            elif what == "broker_stall":
+                r = sup.current
+                before = count_reconnects(r)
+                t = time.monotonic()
+                broker.stall("both")
+                alive = True
+                while time.monotonic() - t < broker_stall:
+                    alive = alive and r.running()
+                    time.sleep(0.05)
+                broker.resume("both")
+                time.sleep(1)
+                survived["broker_stall"] = (r.pid, alive and r.running() and sup.current is r,
+                                            r.returncode)
+                broker_stall_reconnects = count_reconnects(r) - before
+                print("  %5.1f s  every broker path stalled for %.1f s; relayer pid %d %s, %d "
+                      "replication reconnects meanwhile" % (
+                          t - t0, broker_stall, r.pid,
+                          "alive" if r.running() else "EXITED rc=%s" % r.returncode,
+                          broker_stall_reconnects))
         while time.monotonic() - t0 < d:
             sup.check()
             time.sleep(0.05)
@@ -331,6 +414,7 @@ def test_chaos(pg, broker_factory, relayer):
         for p in producers:
             p.join(30)
         broker.cmd("up", check=False)
+        broker.resume("both")
     t_produced = time.monotonic()
 
     # Catch up: a marker committed after everything else; once the slot has
@@ -447,7 +531,7 @@ def test_chaos(pg, broker_factory, relayer):
 
     assert not sup.unexpected, "the relayer exited by itself:\n%s" % "\n\n".join(
         "pid %d rc %s:\n%s" % u for u in sup.unexpected)
-    for what in ("pg_restart", "broker_outage"):
+    for what in ("pg_restart", "broker_outage", "pg_stall", "broker_stall"):
         pid, ok, rc = survived.get(what, (None, False, None))
         assert ok, "the relayer (pid %s) did not live through the %s (rc %s)" % (pid, what, rc)
     assert not missing, "%d committed events never arrived, e.g. %s" % (len(missing), sorted(missing)[:10])
@@ -458,6 +542,9 @@ def test_chaos(pg, broker_factory, relayer):
     assert outage_reconnects == 0, (
         "the replication connection was lost during the broker outage (wal_sender_timeout: "
         "status updates stopped while the window was full?)")
+    assert broker_stall_reconnects == 0, (
+        "the replication connection was dropped during the broker stall (the "
+        "--wal-receiver-timeout must not count while the window is full)")
     assert sup.kills == n_kills
     assert reconnects >= 1, "no reconnect logged after the PostgreSQL restart"
     assert len(committed) > 100 * duration / 10, "too few events to mean anything: %d" % len(committed)

@@ -3,7 +3,7 @@
  * demo: librdkafka's mock cluster behind real TCP listeners on 127.0.0.1,
  * steered by one-line commands on stdin.
  *
- * Usage: mock-broker [--brokers N] [--partitions N]
+ * Usage: mock-broker [--brokers N] [--partitions N] [--advertise PORT,...]
  *
  * On start it prints exactly one line, "BOOTSTRAP host:port[,host:port...]",
  * to stdout. Then every line read from stdin is one command, answered with
@@ -28,6 +28,18 @@
  * rd_kafka_err2name() prints it, with or without "RD_KAFKA_RESP_ERR_"
  * (e.g. NOT_LEADER_FOR_PARTITION, _TRANSPORT).
  *
+ * --advertise PORT[,PORT...] (one per broker, loopback only): broker i
+ * still listens on a port of its own, but Metadata (and the BOOTSTRAP line)
+ * name 127.0.0.1:PORT_i instead, so that a test can put a proxy
+ * (tests/tools/fault_proxy.py) on PORT_i in front of it and every client
+ * connection goes through the proxy. A second line, "LISTEN
+ * 127.0.0.1:port[,...]", then gives the ports the brokers really listen on.
+ * librdkafka 2.0.2's mock cluster has no setting for its advertised
+ * listener (src/rdkafka_mock.c takes it from getsockname() on the listener
+ * it binds to a port the kernel picks), so this program interposes bind()
+ * and getsockname() on those listeners; without --advertise they pass
+ * everything through unchanged.
+ *
  * EOF on stdin, SIGTERM or SIGINT destroy the cluster and exit 0, so a test
  * harness that dies still takes its broker with it (the pipe closes).
  *
@@ -49,9 +61,13 @@
  *    with "topic <name> <n>" when a test needs a different count;
  *  - rd_kafka_mock_topic_set_error() also creates the topic when absent.
  */
-
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -75,6 +91,96 @@ struct broker_state {
     int default_partitions;
 };
 
+/* --advertise: the i-th loopback listener librdkafka binds (brokers are
+ * created in id order) is advertised as adv[i].port. Set before the
+ * cluster exists, then read by librdkafka's thread under adv_mu. */
+static int parse_long(const char *s, long lo, long hi, long *out);
+
+#define ADV_MAX 16
+static struct advertised {
+    int fd;          /* the listener, -1 while not bound */
+    uint16_t port;   /* advertised */
+    uint16_t real;   /* where it listens */
+} adv[ADV_MAX];
+static int adv_cnt, adv_used;
+static pthread_mutex_t adv_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int real_getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    static int (*fn)(int, struct sockaddr *, socklen_t *);
+    if (fn == NULL)
+        fn = (int (*)(int, struct sockaddr *, socklen_t *))dlsym(RTLD_NEXT, "getsockname");
+    return fn(fd, addr, len);
+}
+
+static int is_loopback4(const struct sockaddr *addr, socklen_t len)
+{
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)addr;
+    return addr != NULL && len >= sizeof *sin && sin->sin_family == AF_INET &&
+           (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+}
+
+/* A listener bound to port 0 becomes the next advertised broker; one bound
+ * to an advertised port (re-created after "down"/"up") goes back to its
+ * real port. */
+int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    static int (*fn)(int, const struct sockaddr *, socklen_t);
+    if (fn == NULL)
+        fn = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "bind");
+    if (adv_cnt == 0 || !is_loopback4(addr, len))
+        return fn(fd, addr, len);
+    struct sockaddr_in sin = *(const struct sockaddr_in *)addr;
+    int slot = -1, rc;
+    pthread_mutex_lock(&adv_mu);
+    for (int i = 0; i < adv_used; i++)
+        if (sin.sin_port != 0 && ntohs(sin.sin_port) == adv[i].port)
+            slot = i;
+    if (slot < 0 && sin.sin_port == 0 && adv_used < adv_cnt)
+        slot = adv_used++;
+    if (slot >= 0 && adv[slot].real != 0)
+        sin.sin_port = htons(adv[slot].real);
+    rc = fn(fd, (const struct sockaddr *)&sin, sizeof sin);
+    if (rc == 0 && slot >= 0) {
+        struct sockaddr_in got;
+        socklen_t glen = sizeof got;
+        adv[slot].fd = fd;
+        if (real_getsockname(fd, (struct sockaddr *)&got, &glen) == 0)
+            adv[slot].real = ntohs(got.sin_port);
+    }
+    pthread_mutex_unlock(&adv_mu);
+    return rc;
+}
+
+int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    int rc = real_getsockname(fd, addr, len);
+    if (rc != 0 || adv_cnt == 0 || !is_loopback4(addr, *len))
+        return rc;
+    struct sockaddr_in *sin = (struct sockaddr_in *)addr;
+    pthread_mutex_lock(&adv_mu);
+    for (int i = 0; i < adv_used; i++)
+        if (adv[i].fd == fd && adv[i].real == ntohs(sin->sin_port))
+            sin->sin_port = htons(adv[i].port);
+    pthread_mutex_unlock(&adv_mu);
+    return rc;
+}
+
+/* "p1,p2,..." into adv[]; 0 on success. */
+static int parse_advertise(const char *s)
+{
+    char copy[256], *save = NULL;
+    long v;
+    snprintf(copy, sizeof copy, "%s", s);
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (adv_cnt == ADV_MAX || parse_long(tok, 1, 65535, &v) != 0)
+            return -1;
+        adv[adv_cnt].fd = -1;
+        adv[adv_cnt++].port = (uint16_t)v;
+    }
+    return adv_cnt > 0 ? 0 : -1;
+}
+
 /* Written by the signal handler, read by the poll loop. */
 static int signal_pipe[2] = {-1, -1};
 
@@ -95,7 +201,8 @@ static void usage(FILE *out)
             "prints BOOTSTRAP host:port[,...] then reads commands on stdin:\n"
             "  down [id|-1] | up [id|-1] | error <ApiKey> <err> [count] |\n"
             "  clear-errors <ApiKey> | topic <name> [partitions] |\n"
-            "  topic-error <name> <err> | rtt <id|-1> <ms> | quit\n");
+            "  topic-error <name> <err> | rtt <id|-1> <ms> | quit\n"
+            "--advertise PORT,...: advertise these ports (put a proxy there)\n");
 }
 
 /* Parses a whole decimal integer in [lo, hi]; 0 on success. */
@@ -378,6 +485,12 @@ int main(int argc, char **argv)
             else
                 st.default_partitions = (int)v;
             i++;
+        } else if (strcmp(argv[i], "--advertise") == 0 && i + 1 < argc) {
+            if (parse_advertise(argv[++i]) != 0) {
+                fprintf(stderr, "mock-broker: --advertise needs PORT[,PORT...] "
+                        "(1..65535, at most %d), got '%s'\n", ADV_MAX, argv[i]);
+                return 2;
+            }
         } else if (strcmp(argv[i], "-h") == 0 ||
                    strcmp(argv[i], "--help") == 0) {
             usage(stdout);
@@ -432,7 +545,22 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    if (adv_cnt != 0 && adv_cnt != st.broker_cnt) {
+        fprintf(stderr, "mock-broker: --advertise names %d ports for %d brokers\n",
+                adv_cnt, st.broker_cnt);
+        rd_kafka_mock_cluster_destroy(st.mcluster);
+        rd_kafka_destroy(st.rk);
+        return 2;
+    }
     printf("BOOTSTRAP %s\n", rd_kafka_mock_cluster_bootstraps(st.mcluster));
+    if (adv_cnt != 0) {
+        pthread_mutex_lock(&adv_mu);
+        printf("LISTEN");
+        for (i = 0; i < adv_used; i++)
+            printf("%s127.0.0.1:%d", i ? "," : " ", adv[i].real);
+        printf("\n");
+        pthread_mutex_unlock(&adv_mu);
+    }
     fflush(stdout);
 
     command_loop(&st);

@@ -42,6 +42,45 @@ static void test_defaults(void)
     config_free(&c);
 }
 
+/* --wal-receiver-timeout: PostgreSQL's default of 60 s, 0 turns it off,
+ * every form of option, a value too small to be sane refused. */
+static void test_wal_receiver_timeout(void)
+{
+    struct relay_config c;
+    char err[CONFIG_ERRLEN];
+    char *none[] = {NULL};
+    CHECK_EQ_INT(load(&c, none, err, 5, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK(c.wal_receiver_timeout == 60.0);
+    config_free(&c);
+    CHECK_EQ_INT(load(&c, none, err, 6, "--dsn", "dbname=d", "--brokers", "k:1",
+                      "--wal-receiver-timeout=0"), CONFIG_OK);
+    CHECK(c.wal_receiver_timeout == 0.0);
+    config_free(&c);
+    char *env[] = {"OUTBOX_RELAY_WAL_RECEIVER_TIMEOUT=5", NULL};
+    CHECK_EQ_INT(load(&c, env, err, 5, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK(c.wal_receiver_timeout == 5.0);
+    config_free(&c);
+
+    char path[] = "/tmp/outbox-relay-test-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char *text = "wal_receiver_timeout = 7\n";
+    CHECK(write(fd, text, strlen(text)) == (ssize_t) strlen(text));
+    close(fd);
+    chmod(path, 0600);
+    char cfgarg[64];
+    snprintf(cfgarg, sizeof cfgarg, "--config=%s", path);
+    CHECK_EQ_INT(load(&c, none, err, 6, cfgarg, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK(c.wal_receiver_timeout == 7.0);
+    config_free(&c);
+    unlink(path);
+
+    CHECK_EQ_INT(load(&c, none, err, 6, "--dsn", "dbname=d", "--brokers", "k:1",
+                      "--wal-receiver-timeout=0.5"), CONFIG_ERROR);
+    CHECK(strstr(err, "--wal-receiver-timeout") != NULL);
+    config_free(&c);
+}
+
 static void test_precedence(void)
 {
     char path[] = "/tmp/outbox-relay-test-XXXXXX";
@@ -233,6 +272,7 @@ int main(void)
 {
     test_defaults();
     test_precedence();
+    test_wal_receiver_timeout();
     test_errors();
     test_kafka_guard_rails();
     test_dsn_error_hides_password();
