@@ -128,6 +128,7 @@ def test_detach_while_stopped_never_skips(pg, broker, kafka, relayer):
         assert set(rows) <= got, log
     else:
         assert rc == 1, log
+        print(p.log_tail(3))
         assert re.search(r"cannot tell whether .*%s" % re.escape(part.split(".")[-1]), log), log
         assert "--recreate-slot --backfill pending" in log, log
         # Nothing of them was skipped past: the slot did not move over them.
