@@ -213,18 +213,19 @@ void partition_tx_commit(struct partition_map *pm, int64_t xid, lsn_t commit_end
  * pg_partition_tree, which locks the partitions: a lookup must not queue
  * behind the reaper's lock on a partition it is about to drop). */
 static const char LOOKUP_SQL[] =
-    "WITH RECURSIVE chain(relid, depth, link_xmin) AS ("
-    "  SELECT c.oid, 0, NULL::xid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    "WITH RECURSIVE chain(relid, child, depth) AS ("
+    "  SELECT c.oid, 0::oid, 0 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     "   WHERE n.nspname = $1 AND c.relname = $2"
     "  UNION ALL"
-    "  SELECT i.inhparent, ch.depth + 1, i.xmin FROM pg_inherits i"
+    "  SELECT i.inhparent, ch.relid, ch.depth + 1 FROM pg_inherits i"
     "    JOIN chain ch ON i.inhrelid = ch.relid WHERE ch.depth < 15),"
     " slot AS (SELECT catalog_xmin FROM pg_replication_slots WHERE slot_name = $4)"
     " SELECT ch.depth, c.xmin::text,"
     "  coalesce(age(c.xmin) > age((SELECT catalog_xmin FROM slot)), false),"
     "  (n.nspname = $1 AND c.relname = $3),"
-    "  coalesce(ch.link_xmin = (SELECT t.xmin FROM pg_type t JOIN chain cc ON cc.depth = ch.depth - 1"
-    "    JOIN pg_class k ON k.oid = cc.relid WHERE t.oid = k.reltype), false),"
+    "  EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid"
+    "    JOIN pg_type t ON t.oid = k.reltype"
+    "    WHERE i.inhrelid = ch.child AND i.inhparent = ch.relid AND i.xmin = t.xmin),"
     "  c.relkind::text"
     " FROM chain ch JOIN pg_class c ON c.oid = ch.relid"
     " JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY ch.depth";

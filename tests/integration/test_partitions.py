@@ -136,6 +136,29 @@ def test_detach_while_stopped_never_skips(pg, broker, kafka, relayer):
         assert not set(marker) & got, "the relayer went on past the undecidable rows"
 
 
+def test_other_alter_while_stopped_is_relayed(pg, broker, kafka, relayer):
+    """Ordinary ALTER TABLEs on a partition and on the outbox while the
+    relayer is stopped change the partitions' catalog rows after the rows
+    were written, but not their membership: a partition linked to the
+    outbox since its creation (PARTITION OF) is decided without the catalog's
+    history, and every row arrives."""
+    load_partitioned_layout(pg)
+    part = current_partition(pg)
+    p = start(relayer, pg, broker)
+    insert(pg, 1, tag="warm")
+    read_ids(kafka, 1)
+    wait_confirmed_now(pg)
+    assert p.terminate() == 0
+    rows = insert(pg, 40, tag="behind")
+    pg.query("ALTER TABLE %s SET (fillfactor = 90)" % part)
+    pg.query("ALTER TABLE events_outbox ADD COLUMN note text")
+    later = insert(pg, 5, tag="later")
+    p = start(relayer, pg, broker)
+    got = read_ids(kafka, 1 + 40 + 5, timeout=60)
+    assert set(rows + later) <= set(got)
+    assert p.running()
+
+
 def test_standalone_table_attached_later(pg, broker, kafka, relayer):
     """A table first seen standalone (CREATE TABLE … (LIKE outbox)) is not
     the outbox: its rows are not relayed. Once attached, every row written
