@@ -17,7 +17,8 @@
 -- Detach, rename or drop a partition only once the slot has confirmed past
 -- its last write: a relayer that later meets rows of a table the catalog no
 -- longer places in the outbox stops rather than guess (docs/failure-modes.md,
--- "Partitioned outbox"). The reaper's partition drop waits for that itself.
+-- "Partitioned outbox"). The reaper's partition drop waits for that itself;
+-- sql/007_partition_guard.sql makes other DDL wait for it too (optional).
 --
 -- Layout
 --   * one partition per month (or per day: see outbox_create_partitions),

@@ -319,7 +319,8 @@ int partition_member(struct partition_map *pm, const struct w2j_record *rec, lsn
                  "slot stays before them. To go on: make the table that holds them (renamed or "
                  "detached) a partition of the outbox again, drop the slot and start once with "
                  "--recreate-slot --backfill pending (consumers drop duplicates by event_id); "
-                 "see docs/failure-modes.md, \"Partitioned outbox\"",
+                 "sql/007_partition_guard.sql makes such DDL wait for the relayer instead "
+                 "(docs/failure-modes.md, \"Partitioned outbox\")",
                  pm->schema, name, pm->schema, pm->table, pm->tx_xid, why);
         return PARTITION_UNKNOWN;
     }

@@ -136,6 +136,87 @@ def test_detach_while_stopped_never_skips(pg, broker, kafka, relayer):
         assert not set(marker) & got, "the relayer went on past the undecidable rows"
 
 
+def test_guard_refuses_detach_until_delivered(pg, broker, kafka, relayer):
+    """With sql/007's guard installed, DETACH of a partition whose rows the
+    relayer has not confirmed is refused with a clear message (and rolled
+    back); once the relayer has caught up it goes through, every row
+    arrived, and rows written into the detached table afterwards are not
+    relayed."""
+    load_partitioned_layout(pg)
+    part = current_partition(pg)
+    pg.query("SELECT public.outbox_relay_install_partition_guard('public.events_outbox', "
+             "'outbox_relay', 2)")
+    p = start(relayer, pg, broker)
+    insert(pg, 1, tag="warm")
+    read_ids(kafka, 1)
+    wait_confirmed_now(pg)
+    assert p.terminate() == 0
+    rows = insert(pg, 500, tag="held")
+
+    with pytest.raises(Exception) as e:
+        pg.query("ALTER TABLE events_outbox DETACH PARTITION %s" % part)
+    assert "partition guard" in str(e.value) and "not confirmed yet" in str(e.value), e.value
+    assert pg.scalar("SELECT count(*) FROM pg_inherits WHERE inhrelid = %s::regclass", (part,)) == 1
+
+    p = start(relayer, pg, broker)
+    got = read_ids(kafka, 501, timeout=60)
+    assert set(rows) <= set(got)
+    pg.query("ALTER TABLE events_outbox DETACH PARTITION %s" % part.replace("public.", ""))
+    outside = insert(pg, 3, table=part, tag="outside")
+    marker = insert(pg, 1, table="events_outbox_default", tag="m", created_at="2999-01-01 00:00+00")
+    got = read_ids(kafka, 502, timeout=30)
+    assert set(marker) <= set(got) and not set(outside) & set(got)
+    assert p.running(), p.log_tail()
+
+
+def test_attach_while_stopped(pg, broker, kafka, relayer):
+    """A table written standalone and attached while the relayer is stopped:
+    without the guard the relayer cannot tell the rows written before the
+    ATTACH from those after it and stops (nothing skipped, nothing relayed
+    that was not an outbox row); with the guard the ATTACH waits for the
+    relayer instead."""
+    load_partitioned_layout(pg)
+    pg.query("CREATE TABLE public.staging (LIKE events_outbox INCLUDING ALL)")
+    p = start(relayer, pg, broker)
+    insert(pg, 1, tag="warm")
+    read_ids(kafka, 1)
+    wait_confirmed_now(pg)
+    assert p.terminate() == 0
+    before = pg.confirmed_flush_lsn(SLOT)
+    standalone = insert(pg, 4, table="staging", tag="standalone", created_at="2030-03-01 00:00+00")
+    pg.query("ALTER TABLE events_outbox ATTACH PARTITION staging "
+             "FOR VALUES FROM ('2030-01-01 00:00+00') TO ('2031-01-01 00:00+00')")
+    attached = insert(pg, 6, tag="attached", created_at="2030-06-01 00:00+00")
+    p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--status-interval", "0.5")
+    assert p.wait_exit(60) == 1, p.log_tail()
+    assert re.search(r"cannot tell whether table public\.staging", p.log_text()), p.log_tail()
+    assert pg.confirmed_flush_lsn(SLOT) == before
+    assert not set(standalone) & set(event_ids(kafka.read(TOPIC, timeout=5)))
+
+    # The same with the guard: the ATTACH is refused until the relayer has
+    # confirmed the standalone rows (as non-outbox rows).
+    pg.query("ALTER TABLE events_outbox DETACH PARTITION staging")
+    pg.drop_slot(SLOT)
+    pg.query("SELECT public.outbox_relay_install_partition_guard('public.events_outbox', "
+             "'outbox_relay', 2)")
+    p = start(relayer, pg, broker, "--recreate-slot")
+    wait_confirmed_now(pg)
+    assert p.terminate() == 0
+    more = insert(pg, 4, table="staging", tag="standalone2", created_at="2030-03-02 00:00+00")
+    with pytest.raises(Exception) as e:
+        pg.query("ALTER TABLE events_outbox ATTACH PARTITION staging "
+                 "FOR VALUES FROM ('2030-01-01 00:00+00') TO ('2031-01-01 00:00+00')")
+    assert "partition guard" in str(e.value), e.value
+    p = start(relayer, pg, broker)
+    wait_confirmed_now(pg)
+    pg.query("ALTER TABLE events_outbox ATTACH PARTITION staging "
+             "FOR VALUES FROM ('2030-01-01 00:00+00') TO ('2031-01-01 00:00+00')")
+    later = insert(pg, 6, tag="attached2", created_at="2030-06-02 00:00+00")
+    got = set(read_ids(kafka, 1 + 6, timeout=30))
+    assert set(later) <= got and not set(more + standalone) & got
+    assert p.running(), p.log_tail()
+
+
 def test_other_alter_while_stopped_is_relayed(pg, broker, kafka, relayer):
     """Ordinary ALTER TABLEs on a partition and on the outbox while the
     relayer is stopped change the partitions' catalog rows after the rows
