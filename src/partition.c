@@ -271,6 +271,11 @@ static int lookup(struct partition_map *pm, const char *name, struct partition_f
         }
     }
     f->since_birth = f->member && links_at_birth;
+    if (!f->member && n > PARTITION_MAX_DEPTH) {
+        snprintf(err, errlen, "its inheritance tree is deeper than %d levels",
+                 PARTITION_MAX_DEPTH);
+        goto out;
+    }
     rc = 0;
 out:
     PQclear(res);
