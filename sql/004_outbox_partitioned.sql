@@ -12,8 +12,13 @@
 -- Relaying: wal2json reports each change under the name of the partition
 -- that holds the row (public.events_outbox_2026_11), not the parent's. The
 -- relayer notices that --table is partitioned, asks the server for every
--- table of its schema and relays the INSERTs of the outbox's leaf
--- partitions (each new partition name is looked up once).
+-- table of its schema and relays the INSERTs of the tables that were leaf
+-- partitions of the outbox when the row was written (src/partition.c).
+-- Detach, rename or drop a partition only once the slot has confirmed past
+-- its last write: a relayer that later meets rows of a table the catalog no
+-- longer places in the outbox stops rather than guess (docs/failure-modes.md,
+-- "Partitioned outbox"). The reaper's partition drop waits for that itself;
+-- sql/007_partition_guard.sql makes other DDL wait for it too (optional).
 --
 -- Layout
 --   * one partition per month (or per day: see outbox_create_partitions),

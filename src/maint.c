@@ -62,6 +62,7 @@ struct maint {
     double next_poll, next_heartbeat, next_reap;
     bool heartbeat_off;
     bool in_tick;
+    int64_t unlogged; /* outbox tables writing no WAL at the last check; < 0 unknown */
     double last_conn_warn;
     double last_query_warn;
 };
@@ -161,8 +162,10 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
     return NULL;
 }
 
-/* The slot's lag, WAL status and safe size, and the table's row estimate,
- * into metrics. */
+static int64_t check_logged(struct maint *mt);
+
+/* The slot's lag, WAL status and safe size, the table's row estimate, and
+ * whether every table of the outbox writes WAL, into metrics. */
 static void poll_slot(struct maint *mt)
 {
     const char *p1[] = {mt->cfg->slot};
@@ -193,6 +196,30 @@ static void poll_slot(struct maint *mt)
         return;
     metrics_set_table_rows(mt->m, PQgetisnull(res, 0, 0) ? -1 : atoll(PQgetvalue(res, 0, 0)));
     PQclear(res);
+    check_logged(mt);
+}
+
+/* Checks that the outbox's tables write WAL; returns how many do not (-1
+ * when the check failed). Says so once when that changes. */
+static int64_t check_logged(struct maint *mt)
+{
+    const char *p[] = {mt->qtable};
+    PGresult *res = query(mt, "checking that the outbox writes WAL", MAINT_UNLOGGED_SQL, 1, p);
+    if (res == NULL)
+        return -1;
+    int64_t n = atoll(PQgetvalue(res, 0, 0));
+    if (n > 0 && mt->unlogged <= 0)
+        log_error("slot=%s: the outbox %s.%s has %lld table(s) that write no WAL (UNLOGGED or "
+                  "temporary): their rows are never relayed, and the reaper is held off so it "
+                  "does not delete them. Run: %s, then republish the rows written meanwhile",
+                  mt->cfg->slot, mt->cfg->table_schema, mt->cfg->table_name, (long long) n,
+                  PQgetvalue(res, 0, 1));
+    else if (n == 0 && mt->unlogged > 0)
+        log_info("slot=%s: every table of the outbox writes WAL again", mt->cfg->slot);
+    mt->unlogged = n;
+    metrics_set_unlogged(mt->m, n, PQgetvalue(res, 0, 1));
+    PQclear(res);
+    return n;
 }
 
 static void heartbeat(struct maint *mt)
@@ -388,7 +415,13 @@ static void *maint_main(void *arg)
 
         run_due(mt);
         if (reaping && mono_now() >= mt->next_reap && PQstatus(mt->conn) == CONNECTION_OK) {
-            reap(mt);
+            /* Checked again here, not taken from the last poll: rows of an
+             * unlogged table look delivered (the slot moves past them). */
+            int64_t unlogged = check_logged(mt);
+            if (unlogged == 0)
+                reap(mt);
+            else if (unlogged > 0)
+                log_warn("reaper: skipped: the outbox has tables that write no WAL (see above)");
             mt->next_reap = mono_now() + cfg->reap_interval;
         }
         if (PQstatus(mt->conn) != CONNECTION_OK) {
@@ -434,6 +467,7 @@ struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t 
     mt->m = metrics;
     mt->signal_stop = stop;
     mt->last_conn_warn = mt->last_query_warn = -WARN_EVERY; /* the first one is said */
+    mt->unlogged = -1;
     atomic_init(&mt->stop, false);
     /* Quoted for to_regclass; the parts were validated as plain
      * identifiers by the configuration. */

@@ -95,6 +95,9 @@ struct metrics {
     bool rows_known;
     int64_t table_rows;
 
+    int64_t unlogged;     /* outbox tables writing no WAL; < 0 unknown */
+    char unlogged_fix[256]; /* the ALTER TABLE … SET LOGGED to run */
+
     uint64_t reaped_rows, reap_batches, reap_runs;
     double reap_seconds;
     double reaped_at; /* unix seconds, 0 = never */
@@ -121,6 +124,7 @@ struct metrics *metrics_new(const char *slot)
     m->started = wall_now();
     m->waiting = -1;
     m->status = -1;
+    m->unlogged = -1;
     return m;
 }
 
@@ -312,6 +316,16 @@ void metrics_set_table_rows(struct metrics *m, int64_t estimate)
     pthread_mutex_lock(&m->mu);
     m->rows_known = estimate >= 0;
     m->table_rows = estimate;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_set_unlogged(struct metrics *m, int64_t tables, const char *fix)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->unlogged = tables;
+    snprintf(m->unlogged_fix, sizeof m->unlogged_fix, "%s", fix ? fix : "");
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -569,6 +583,14 @@ static void render(struct buf *b, const struct metrics *m)
         value_i(b, m->table_rows);
     }
 
+    if (m->unlogged >= 0) {
+        header(b, "outbox_relay_outbox_unlogged_tables", "gauge",
+               "Tables of the outbox (it or its partitions) that are UNLOGGED or temporary: "
+               "they write no WAL, so their rows are never relayed. Must be 0.");
+        bprintf(b, "outbox_relay_outbox_unlogged_tables");
+        value_i(b, m->unlogged);
+    }
+
     header(b, "outbox_relay_reaper_rows_deleted_total", "counter",
            "Expired, delivered outbox rows the reaper deleted (for dropped partitions, the "
            "planner's estimate of their rows).");
@@ -621,6 +643,9 @@ bool metrics_ready(struct metrics *m, int64_t max_lag_bytes, char *why, size_t w
         snprintf(why, whylen, "standby: waiting for slot %s, held by another process", m->slot);
     else if (!m->kafka_up)
         snprintf(why, whylen, "Kafka brokers unreachable");
+    else if (m->unlogged > 0)
+        snprintf(why, whylen, "the outbox has %lld UNLOGGED table(s): their rows write no WAL "
+                 "and are never relayed; run %s", (long long) m->unlogged, m->unlogged_fix);
     else if (m->slot_known && m->status >= 0 && strcmp(wal_statuses[m->status], "lost") == 0)
         snprintf(why, whylen, "slot %s is lost (wal_status=lost)", m->slot);
     else if (m->slot_known && m->status >= 0 && strcmp(wal_statuses[m->status], "missing") == 0)

@@ -27,12 +27,13 @@
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/partition.h"
 #include "outbox_relay/sink.h"
 #include "outbox_relay/stream.h"
 #include "outbox_relay/tracker.h"
 #include "outbox_relay/wire.h"
 
-#define RELAY_ERRLEN 1024
+#define RELAY_ERRLEN 2048
 #define TRACKER_GROUPS 4096
 #define STATUS_MIN_GAP 0.1  /* s between status updates for a moved position */
 #define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
@@ -64,12 +65,6 @@ struct dead_letter_job {
     size_t key_len, value_len;
 };
 
-/* Whether a table of the outbox's schema is a partition of the outbox. */
-struct partition {
-    char *name;
-    bool member;
-};
-
 struct relay {
     const struct relay_config *cfg;
     volatile sig_atomic_t *stop;
@@ -90,8 +85,7 @@ struct relay {
     bool force_status;
     struct liveness live; /* --wal-receiver-timeout of the current session */
     int64_t tx_commit_us; /* commit time of the open transaction, 0 unknown */
-    struct partition *partitions; /* tables of the outbox's schema seen so far */
-    size_t npartitions;
+    struct partition_map *partitions; /* membership of a partitioned outbox */
     struct dead_letter_job *dl_head, *dl_tail; /* poison reports, oldest first */
     /* Rewind (see the top of the file): asked for by a delivery error that
      * is waited out, carried out once nothing is in flight. */
@@ -522,8 +516,9 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->backfill = backfill_new(&bo);
     r->bf_tracker = tracker_new(TRACKER_GROUPS, 0);
     r->rec = malloc(sizeof *r->rec);
+    r->partitions = partition_map_new(cfg->dsn, cfg->slot, cfg->table_schema, cfg->table_name);
     if (r->stream == NULL || r->tracker == NULL || r->backfill == NULL ||
-        r->bf_tracker == NULL || r->rec == NULL) {
+        r->bf_tracker == NULL || r->rec == NULL || r->partitions == NULL) {
         snprintf(err, errlen, "out of memory");
         relay_free(r);
         return NULL;
@@ -547,9 +542,7 @@ void relay_free(struct relay *r)
     tracker_free(r->tracker);
     tracker_free(r->bf_tracker);
     w2j_scratch_free(&r->scratch);
-    for (size_t i = 0; i < r->npartitions; i++)
-        free(r->partitions[i].name);
-    free(r->partitions);
+    partition_map_free(r->partitions);
     free(r->rec);
     free(r);
 }
@@ -694,58 +687,6 @@ static bool span_eq(const struct w2j_value *v, const char *s)
     return v->type == W2J_STRING && !v->escaped && v->len == n && memcmp(v->ptr, s, n) == 0;
 }
 
-/* A partitioned outbox: its rows come under the names of its leaf
- * partitions, and the server sends every table of the schema. Each new
- * table name is looked up once, on a short ordinary connection (new
- * partitions appear rarely), and remembered. Returns 1 for a partition of
- * the outbox, 0 for another table, -1 when it cannot be told (fatal: an
- * event must not be skipped on a guess). */
-static int outbox_partition(struct relay *r, const struct w2j_value *table)
-{
-    char name[256];
-    size_t len;
-    if (table->type != W2J_STRING || table->len >= sizeof name ||
-        w2j_unescape(table, name, sizeof name - 1, &len) < 0)
-        return -1;
-    name[len] = '\0';
-    for (size_t i = 0; i < r->npartitions; i++)
-        if (strcmp(r->partitions[i].name, name) == 0)
-            return r->partitions[i].member;
-
-    const char *params[] = {r->cfg->table_schema, r->cfg->table_name, name};
-    PGconn *conn = pgconn_connectdb(r->cfg->dsn, "outbox-relay", NULL);
-    PGresult *res = PQexecParams(
-        conn,
-        "SELECT EXISTS (SELECT 1 FROM pg_partition_tree("
-        "    format('%I.%I', $1::text, $2::text)::regclass) t "
-        "WHERE t.isleaf AND t.relid = to_regclass(format('%I.%I', $1::text, $3::text)))",
-        3, NULL, params, NULL, NULL, 0);
-    int member = -1;
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-        member = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    else
-        log_error("slot=%s: cannot tell whether table %s.%s is a partition of the outbox: %s",
-                  r->cfg->slot, r->cfg->table_schema, name, PQerrorMessage(conn));
-    PQclear(res);
-    PQfinish(conn);
-    if (member < 0)
-        return -1;
-    struct partition *grown = realloc(r->partitions, (r->npartitions + 1) * sizeof *grown);
-    char *copy = strdup(name);
-    if (grown == NULL || copy == NULL) {
-        free(copy);
-        if (grown != NULL)
-            r->partitions = grown;
-        return member;
-    }
-    r->partitions = grown;
-    r->partitions[r->npartitions++] = (struct partition){.name = copy, .member = member};
-    if (member)
-        log_info("slot=%s: relaying partition %s.%s of the outbox", r->cfg->slot,
-                 r->cfg->table_schema, name);
-    return member;
-}
-
 /* An event the decoder could not map (missing type, bad id): it can never be
  * routed, so it is poison. */
 static void undecodable(struct relay *r, uint64_t token, const struct wire_msg *msg,
@@ -789,8 +730,12 @@ static void handle_change(struct relay *r, const struct wire_msg *msg)
         if (tracker_begin(r->tracker) < 0)
             set_fatal(r, "slot=%s lsn=" LSN_FMT ": transaction begins inside another one",
                       r->cfg->slot, LSN_ARGS(msg->wal_start));
+        if (stream_outbox_partitioned(r->stream))
+            partition_tx_begin(r->partitions, rec->xid);
         return;
     case 'C':
+        if (stream_outbox_partitioned(r->stream))
+            partition_tx_commit(r->partitions, rec->xid, rec->nextlsn);
         if (tracker_commit(r->tracker, rec->nextlsn) < 0)
             set_fatal(r, "slot=%s lsn=" LSN_FMT ": commit without a transaction", r->cfg->slot,
                       LSN_ARGS(msg->wal_start));
@@ -801,13 +746,14 @@ static void handle_change(struct relay *r, const struct wire_msg *msg)
         if (!span_eq(&rec->table, r->cfg->table_name)) {
             if (!stream_outbox_partitioned(r->stream))
                 return;
-            int member = outbox_partition(r, &rec->table);
-            if (member < 0)
-                set_fatal(r, "slot=%s lsn=" LSN_FMT ": cannot tell whether an INSERT into "
-                          "table %.*s belongs to the partitioned outbox; stopping rather "
-                          "than skipping it", r->cfg->slot, LSN_ARGS(msg->wal_start),
-                          (int) rec->table.len, rec->table.ptr);
-            if (member != 1)
+            /* Decided as of the row's commit, not by today's
+             * catalog alone (partition.h). */
+            char why[1536];
+            int member = partition_member(r->partitions, rec, msg->wal_start, why, sizeof why);
+            if (member == PARTITION_UNKNOWN)
+                set_fatal(r, "slot=%s lsn=" LSN_FMT ": %s", r->cfg->slot,
+                          LSN_ARGS(msg->wal_start), why);
+            if (member != PARTITION_YES)
                 return;
         }
         break;

@@ -169,6 +169,17 @@ static int report_table(PGconn *conn, const struct relay_config *cfg, struct ver
     char rows[32];
     snprintf(rows, sizeof rows, "%s", PQgetisnull(res, 0, 0) ? "" : PQgetvalue(res, 0, 0));
     PQclear(res);
+    /* A table that writes no WAL: its rows are never relayed, and look
+     * delivered (keepalives move the slot past them). */
+    res = query(conn, "checking that the outbox writes WAL", MAINT_UNLOGGED_SQL, 1, params);
+    if (res == NULL)
+        goto out;
+    if (atoll(PQgetvalue(res, 0, 0)) > 0)
+        unhealthy(v, "the outbox has %s UNLOGGED or temporary table(s): they write no WAL, so "
+                  "their rows are never relayed (and the reaper would delete them); run %s and "
+                  "republish the rows written meanwhile", PQgetvalue(res, 0, 0),
+                  PQgetvalue(res, 0, 1));
+    PQclear(res);
     char ignored[512];
     PQclear(pgconn_exec(conn, "SET lock_timeout = '2s'", 0, NULL, STATUS_QUERY_TIMEOUT, ignored,
                         sizeof ignored));

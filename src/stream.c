@@ -261,15 +261,23 @@ static int check_server(struct stream *s)
 }
 
 /* The outbox table must exist; a partitioned one changes what we ask the
- * server for (see stream_build_start_command). */
+ * server for (see stream_build_start_command). Neither it nor any of its
+ * partitions may be UNLOGGED or temporary: such a table writes no WAL, so
+ * logical decoding never sees its rows, while keepalives move the slot past
+ * them (and the reaper would then delete them as delivered). */
 static int check_table(struct stream *s)
 {
     char *schema = PQescapeLiteral(s->conn, s->table_schema, strlen(s->table_schema));
     char *table = PQescapeLiteral(s->conn, s->table_name, strlen(s->table_name));
-    char sql[512];
+    char sql[1024];
     snprintf(sql, sizeof sql,
-             "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-             "WHERE n.nspname = %s AND c.relname = %s",
+             "WITH RECURSIVE tree(relid, depth) AS (SELECT c.oid, 0 FROM pg_class c "
+             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
+             "c.relname = %s UNION ALL SELECT i.inhrelid, t.depth + 1 FROM pg_inherits i "
+             "JOIN tree t ON i.inhparent = t.relid WHERE t.depth < 16) "
+             "SELECT c.relkind, c.relpersistence, quote_ident(n.nspname) || '.' || "
+             "quote_ident(c.relname) FROM tree JOIN pg_class c ON c.oid = tree.relid "
+             "JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY tree.depth, 3",
              schema ? schema : "''", table ? table : "''");
     PQfreemem(schema);
     PQfreemem(table);
@@ -277,12 +285,34 @@ static int check_table(struct stream *s)
     if (res == NULL)
         return error_rc(s);
     int rc = STREAM_OK;
-    if (PQntuples(res) == 0)
+    if (PQntuples(res) == 0) {
         rc = fail(s, STREAM_FATAL, "the outbox table %s.%s does not exist in this database: "
                   "create it (sql/001_outbox.sql) or name another with --table",
                   s->table_schema, s->table_name);
-    else
-        s->partitioned = strcmp(PQgetvalue(res, 0, 0), "p") == 0;
+        goto done;
+    }
+    s->partitioned = strcmp(PQgetvalue(res, 0, 0), "p") == 0;
+    char fix[600] = "";
+    size_t used = 0;
+    int nolog = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *p = PQgetvalue(res, i, 1);
+        if (strcmp(p, "u") != 0 && strcmp(p, "t") != 0)
+            continue;
+        if (nolog++ == 0 || used + 64 < sizeof fix) {
+            int w = snprintf(fix + used, sizeof fix - used, "%sALTER TABLE %s SET LOGGED;",
+                             used ? " " : "", PQgetvalue(res, i, 2));
+            if (w > 0 && (size_t) w < sizeof fix - used)
+                used += (size_t) w;
+        }
+    }
+    if (nolog > 0)
+        rc = fail(s, STREAM_FATAL,
+                  "the outbox %s.%s has %d table(s) that write no WAL (UNLOGGED or temporary): "
+                  "logical decoding never sees their rows, so their events would be lost. Run: "
+                  "%s (rows written while unlogged were never relayed: republish them)",
+                  s->table_schema, s->table_name, nolog, fix);
+done:
     PQclear(res);
     return rc;
 }
@@ -641,6 +671,11 @@ int stream_build_start_command(const struct stream_options *opts, lsn_t start, c
         append_opt(buf, cap, &n, "include-types", "0") < 0 ||
         append_opt(buf, cap, &n, "add-tables", tables) < 0 ||
         append_opt(buf, cap, &n, "actions", "insert") < 0)
+        return -1;
+    /* A partitioned outbox: the xid of every transaction, so that the
+     * relayer can tell which catalog changes it has seen commit (see
+     * partition.h). */
+    if (opts->partitioned && append_opt(buf, cap, &n, "include-xids", "1") < 0)
         return -1;
     if (opts->message_prefix && *opts->message_prefix &&
         append_opt(buf, cap, &n, "add-msg-prefixes", opts->message_prefix) < 0)

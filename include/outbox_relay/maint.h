@@ -7,6 +7,9 @@
  *   - polls the slot every few seconds: lag in bytes
  *     (pg_current_wal_lsn() - confirmed_flush_lsn), wal_status,
  *     safe_wal_size, and the outbox table's row estimate, into metrics;
+ *   - checks that no table of the outbox is UNLOGGED or temporary (at each
+ *     poll, and again right before each reaper run, which it skips while
+ *     one is: their rows were never relayed but look delivered);
  *   - runs the reaper every --reap-interval (see reaper.h);
  *   - with --heartbeat-interval > 0, emits a non-transactional logical
  *     message (prefix "outbox-relay-heartbeat") so that a slot whose
@@ -38,6 +41,19 @@
     "SELECT CASE WHEN bool_and(c.reltuples < 0) THEN NULL "                      \
     "ELSE sum(greatest(c.reltuples, 0)) END::bigint "                            \
     "FROM tree JOIN pg_class c ON c.oid = tree.relid WHERE c.relkind <> 'p'"
+
+/* The outbox's tables (it and its partitions) that write no WAL
+ * (relpersistence 'u' UNLOGGED or 't' temporary): their count and the
+ * ALTER TABLE … SET LOGGED statements that fix them. $1 as above. Catalogs
+ * only. Logical decoding never sees such a table's rows, while keepalives
+ * move the slot past them: the reaper would delete them as delivered. */
+#define MAINT_UNLOGGED_SQL                                                        \
+    "WITH RECURSIVE tree(relid) AS (SELECT to_regclass($1)::oid UNION ALL "      \
+    "SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) " \
+    "SELECT count(*), coalesce(string_agg(format('ALTER TABLE %s.%s SET LOGGED;', " \
+    "quote_ident(n.nspname), quote_ident(c.relname)), ' ' ORDER BY c.oid), '') "  \
+    "FROM tree JOIN pg_class c ON c.oid = tree.relid "                            \
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relpersistence IN ('u', 't')"
 
 struct maint;
 struct metrics;

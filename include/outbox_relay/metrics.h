@@ -11,8 +11,9 @@
  *   /metrics  the registry as Prometheus text
  *   /healthz  200 while the process runs
  *   /readyz   200 when connected to PostgreSQL and Kafka, streaming (not a
- *             standby waiting for the slot) and slot lag under the
- *             threshold; 503 with the reason otherwise
+ *             standby waiting for the slot), no table of the outbox
+ *             unlogged, and slot lag under the threshold; 503 with the
+ *             reason otherwise
  */
 #ifndef OUTBOX_RELAY_METRICS_H
 #define OUTBOX_RELAY_METRICS_H
@@ -57,6 +58,10 @@ void metrics_set_state(struct metrics *m, bool pg_connected, bool streaming,
 void metrics_set_slot(struct metrics *m, int64_t lag_bytes, const char *wal_status,
                       int64_t safe_wal_size /* -1 when NULL */);
 void metrics_set_table_rows(struct metrics *m, int64_t estimate);
+/* Outbox tables (it, its partitions) that are UNLOGGED or temporary, and
+ * the statement(s) that fix them (copied, truncated to 255 bytes); readiness
+ * fails while tables > 0. */
+void metrics_set_unlogged(struct metrics *m, int64_t tables, const char *fix);
 void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double seconds);
 
 /* Renders the registry as Prometheus text. Returns a malloc'ed

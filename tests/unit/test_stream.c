@@ -27,10 +27,14 @@ int main(void)
     CHECK(strstr(buf, "LOGICAL 0/0 (") != NULL);
 
     /* A partitioned outbox: every table of its schema (rows arrive under
-     * the leaf partitions' names; the relay picks the partitions). */
+     * the leaf partitions' names; the relay picks the partitions), and the
+     * xid of every transaction (partition.h needs the commits it saw). A
+     * plain outbox pays for neither. */
+    CHECK(strstr(buf, "include-xids") == NULL);
     o.partitioned = true;
     n = stream_build_start_command(&o, 0, buf, sizeof buf);
     CHECK(n > 0 && strstr(buf, "\"add-tables\" 'public.*'") != NULL);
+    CHECK(strstr(buf, "\"include-xids\" '1'") != NULL);
     o.partitioned = false;
 
     /* Too small a buffer fails cleanly. */
