@@ -23,8 +23,10 @@ batches, [defaults] with no -X and no batch options at all. Defaults only:
                                        after the consumer joined
   test_defaults_restart_after_events_exist   a new group, then a SIGKILL
                                        and a restart of a known group
-  test_revoke_is_bounded               a revoke meets a batch PostgreSQL
-                                       cannot apply: the group goes on
+  test_revoke_is_bounded[lock|hung-server]  a revoke meets a batch
+                                       PostgreSQL does not apply (rows locked
+                                       elsewhere; the backend SIGSTOPped):
+                                       the group goes on within the bound
 """
 
 import os
@@ -633,12 +635,15 @@ def test_defaults_restart_after_events_exist(shop, broker, kafka, consume):
     assert con.terminate(30) == 0
 
 
-def test_revoke_is_bounded(shop, broker, kafka, consume):
-    """A revoke finds a batch that PostgreSQL cannot apply (its rows locked
-    by another session): the consumer gives up on it after --revoke-timeout
-    (default 5 s), rolls it back and commits no offset for it, so the group
-    rebalances while the lock is still held; once the lock is gone every
-    event is applied exactly once."""
+@pytest.mark.parametrize("how", ["lock", "hung-server"])
+def test_revoke_is_bounded(shop, broker, kafka, consume, how):
+    """A revoke finds a batch that PostgreSQL does not apply: its rows are
+    locked by another session ("lock"), or the consumer's backend stops
+    answering (SIGSTOP: a hung server or a silent network, "hung-server").
+    The consumer gives up on it after --revoke-timeout (default 5 s), rolls
+    it back and commits no offset for it, so the group rebalances while
+    PostgreSQL is still stuck; once it is not, every event is applied
+    exactly once."""
     pg = shop
     broker.cmd("topic order 4")
     customers = keys_covering(4, per_partition=2)
@@ -658,10 +663,34 @@ def test_revoke_is_bounded(shop, broker, kafka, consume):
     # takes longer than that to reach it).
     a = consume(*consumer_args(pg, broker, tuning="defaults", extra=["--batch-ms", "60000"]))
     a.wait_for_log(r"assigned 4 partition", timeout=60)
-    locker = pg.connect(autocommit=False)
-    with locker.cursor() as cur:
-        cur.execute("SELECT * FROM loyalty_points FOR UPDATE")
-    b = consume(*consumer_args(pg, broker, tuning="defaults"))
+    if how == "lock":
+        locker = pg.connect(autocommit=False)
+        with locker.cursor() as cur:
+            cur.execute("SELECT * FROM loyalty_points FOR UPDATE")
+    else:
+        backend = pg.scalar("SELECT pid FROM pg_stat_activity "
+                            "WHERE application_name = 'outbox-consume'")
+        os.kill(backend, signal.SIGSTOP)
+    try:
+        b = consume(*consumer_args(pg, broker, tuning="defaults"))
+        took = revoke_then_assign(pg, broker, a, b)
+    finally:
+        if how == "lock":
+            locker.rollback()
+        else:
+            os.kill(backend, signal.SIGCONT)
+    assert a.terminate(30) == 0
+    wait_points(pg, dict(expected), 40, b)
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 40
+    print("\n%s: the second consumer was assigned %.1f s after it started, PostgreSQL "
+          "still stuck" % (how, took))
+    assert b.terminate(30) == 0
+
+
+def revoke_then_assign(pg, broker, a, b):
+    """a must give its 40-message batch up within the bound, b get
+    partitions, nothing be applied or committed meanwhile; returns the
+    seconds until b's assignment."""
     t0 = time.monotonic()
     a.wait_for_log(r"finishing the batch in progress \(40 messages\)", timeout=30)
     b.wait_for_log(r"assigned [1-9] partition", timeout=40)
@@ -671,10 +700,4 @@ def test_revoke_is_bounded(shop, broker, kafka, consume):
     assert pg.scalar("SELECT count(*) FROM processed_events") == 0
     assert all(o < 0 for o in committed_offsets(broker.bootstrap, "loyalty", "order",
                                                  [0, 1, 2, 3]).values())
-    locker.rollback()
-    assert a.terminate(30) == 0
-    wait_points(pg, dict(expected), 40, b)
-    assert pg.scalar("SELECT count(*) FROM processed_events") == 40
-    print("\nthe second consumer was assigned %.1f s after it started, the lock still held"
-          % took)
-    assert b.terminate(30) == 0
+    return took
