@@ -343,8 +343,13 @@ static int pg_connect(struct consumer *c)
 {
     if (c->pg_ready || now_s() < c->next_connect)
         return 0;
-    const char *keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *vals[] = {c->o.dsn, "outbox-consume", NULL};
+    /* Our defaults, then the DSN (expanded from "dbname"), which overrides
+     * them. Nobody polls Kafka while this blocks, so a server that accepts
+     * and never answers must not hold it (and a rebalance) for long; the
+     * keepalives find a connection whose peer vanished silently. */
+    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
+                          "keepalives_count", "dbname", "fallback_application_name", NULL};
+    const char *vals[] = {"5", "10", "5", "3", c->o.dsn, "outbox-consume", NULL};
     c->pg = PQconnectdbParams(keys, vals, 1);
     if (c->pg != NULL)
         PQsetNoticeProcessor(c->pg, on_notice, NULL);

@@ -23,6 +23,9 @@ batches, [defaults] with no -X and no batch options at all. Defaults only:
                                        after the consumer joined
   test_defaults_restart_after_events_exist   a new group, then a SIGKILL
                                        and a restart of a known group
+  test_defaults_postgres_hangs_while_the_group_rebalances  reconnecting
+                                       to a server that never answers does
+                                       not keep the consumer from a rebalance
   test_revoke_is_bounded[lock|hung-server]  a revoke meets a batch
                                        PostgreSQL does not apply (rows locked
                                        elsewhere; the backend SIGSTOPped):
@@ -706,3 +709,134 @@ def revoke_then_assign(pg, broker, a, b):
     assert all(o < 0 for o in committed_offsets(broker.bootstrap, "loyalty", "order",
                                                  [0, 1, 2, 3]).values())
     return took
+
+
+class PgProxy:
+    """A TCP proxy in front of PostgreSQL on 127.0.0.1: forwards until
+    blackhole(), which closes the forwarded connections and from then on
+    accepts new ones and never answers (a server or network that hangs);
+    forward() heals it."""
+
+    def __init__(self, target_port):
+        import socket
+        self.target = target_port
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.mode = "forward"
+        self.pairs, self.held = [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def dsn(self):
+        return "host=127.0.0.1 port=%d dbname=postgres user=postgres" % self.port
+
+    def _accept(self):
+        import select
+        import socket
+        while not self.stop.is_set():
+            r, _, _ = select.select([self.lsock], [], [], 0.2)
+            if not r:
+                continue
+            c, _ = self.lsock.accept()
+            if self.mode != "forward":
+                self.held.append(c)
+                continue
+            u = socket.create_connection(("127.0.0.1", self.target))
+            self.pairs.append((c, u))
+            threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
+
+    def _pump(self, c, u):
+        import select
+        try:
+            while not self.stop.is_set():
+                r, _, _ = select.select([c, u], [], [], 0.2)
+                for s in r:
+                    data = s.recv(65536)
+                    if not data:
+                        raise EOFError
+                    (u if s is c else c).sendall(data)
+        except (OSError, EOFError, ValueError):
+            pass
+        for s in (c, u):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def blackhole(self):
+        import socket
+        self.mode = "blackhole"
+        for c, u in self.pairs:
+            for s in (c, u):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self.pairs = []
+
+    def forward(self):
+        self.mode = "forward"
+        for c in self.held:
+            c.close()
+        self.held = []
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5)
+        self.blackhole()
+        self.forward()
+        self.lsock.close()
+
+
+def test_defaults_postgres_hangs_while_the_group_rebalances(shop, broker, kafka, consume):
+    """PostgreSQL goes away and then accepts connections without ever
+    answering (a hung server, a half-dead network): the consumer's reconnect
+    attempts must not keep it from serving a rebalance. A second consumer
+    joins meanwhile and gets partitions; when PostgreSQL is back every event
+    is applied exactly once."""
+    pg = shop
+    broker.cmd("topic order 4")
+    customers = keys_covering(4, per_partition=2)
+    expected = {}
+    n = 0
+
+    def send(count):
+        nonlocal n
+        msgs = []
+        for _ in range(count):
+            n += 1
+            c = customers[n % len(customers)]
+            expected[c] = expected.get(c, 0) + n
+            msgs.append(event(c, n, "e%d" % n))
+        assert kafka.produce("order", msgs) == []
+
+    proxy = PgProxy(pg.port)
+    try:
+        a = consume(*consumer_args(pg, broker, dsn=proxy.dsn(), tuning="defaults"))
+        send(20)
+        wait_points(pg, dict(expected), 30, a)
+        proxy.blackhole()
+        send(20)  # a's next batch finds its connection gone, then hangs reconnecting
+        a.wait_for_log(r"PostgreSQL connection lost", timeout=20)
+        # b joins once a is inside a reconnect attempt that gets no answer.
+        harness.wait_until(lambda: proxy.held, 20, message="a reconnect attempt")
+        b = consume(*consumer_args(pg, broker, tuning="defaults"))
+        t0 = time.monotonic()
+        b.wait_for_log(r"assigned [1-9] partition", timeout=40)
+        took = time.monotonic() - t0
+        # a took part in the rebalance (on a real broker the group would wait
+        # for it up to max.poll.interval.ms; the mock drops it sooner).
+        a.wait_for_log(r"revoked 4 partition", timeout=20)
+        assert a.running(), a.log_tail()
+        assert re.search(r"cannot connect to PostgreSQL: .*timeout expired", a.log_text()), \
+            a.log_tail()
+        proxy.forward()
+        wait_points(pg, dict(expected), 60, b)
+        assert pg.scalar("SELECT count(*) FROM processed_events") == 40
+        assert a.terminate(30) == 0 and b.terminate(30) == 0
+        print("\nthe second consumer was assigned %.1f s after it started" % took)
+    finally:
+        proxy.close()
