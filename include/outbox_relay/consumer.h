@@ -66,7 +66,9 @@
  * consumer waits a dead member's session out before it gets partitions),
  * topic.metadata.refresh.interval.ms 10000 (librdkafka: 300000, the delay
  * before a subscribed topic created, or partitions added, after the join
- * are consumed), auto.offset.reset earliest.
+ * are consumed), auto.offset.reset earliest. PostgreSQL connections get
+ * connect_timeout=5 and TCP keepalives unless the DSN sets them: nobody
+ * polls Kafka while a connection attempt blocks.
  *
  * Each savepoint is a subtransaction; PostgreSQL tracks up to 64 per
  * transaction cheaply, so keep batches near 100 when other sessions are
