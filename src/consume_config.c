@@ -48,6 +48,9 @@ static const struct option_def options[] = {
         "how long a batch waits to fill after its first message"),
     OPT("reconnect-max", OPT_SECONDS, reconnect_max, "30", "SECONDS",
         "cap of the PostgreSQL reconnect backoff"),
+    OPT("revoke-timeout", OPT_SECONDS, revoke_timeout, "5", "SECONDS",
+        "longest wait for PostgreSQL when partitions are revoked or at a stop; then the "
+        "batch in progress is rolled back and left to the next owner"),
     OPT("log-level", OPT_LOGLEVEL, log_level, "info", "debug|info|warn|error", "log level"),
     OPT_WORDS("log-format", OPT_ENUM, log_format, "text", "text|json", "log line format",
               option_log_formats),
@@ -217,6 +220,10 @@ static int validate(struct consume_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "--reconnect-max must be at least 0.1 seconds");
         return -1;
     }
+    if (cfg->revoke_timeout < 0.1 || cfg->revoke_timeout > 3600) {
+        snprintf(err, errlen, "--revoke-timeout must be between 0.1 and 3600 seconds");
+        return -1;
+    }
     static const char *const ours[] = {"enable.auto.commit", "enable.auto.offset.store",
                                        "group.id"};
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
@@ -287,6 +294,7 @@ void consume_config_to_options(const struct consume_config *cfg, struct consumer
     o->batch = (int) cfg->batch;
     o->batch_ms = (int) cfg->batch_ms;
     o->reconnect_max = cfg->reconnect_max;
+    o->revoke_timeout = cfg->revoke_timeout;
     o->kafka = cfg->kafka_view;
     o->nkafka = cfg->nkafka;
 }

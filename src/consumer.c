@@ -16,6 +16,11 @@
  * partitions are revoked meanwhile, the batch is dropped without committing
  * anything for it: the next owner reads it again from the last committed
  * offsets.
+ *
+ * A batch applied from the rebalance callback or at a stop runs under the
+ * watchdog (pg_watchdog.h) with o.revoke_timeout: a lock wait, a hung server
+ * or a silent network cannot hold the group's rebalance (or the exit) for
+ * longer than that. A cut batch is handled like a lost connection.
  */
 #include "outbox_relay/consumer.h"
 
@@ -32,6 +37,7 @@
 #include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/pg_watchdog.h"
 
 #define SAVEPOINT_SQL "SAVEPOINT outbox_consume_msg"
 #define RELEASE_SQL "RELEASE SAVEPOINT outbox_consume_msg"
@@ -63,6 +69,7 @@ struct consumer {
     volatile sig_atomic_t *stop;
     rd_kafka_t *rk;
     PGconn *pg;
+    struct pg_watchdog *watchdog; /* bounds the batch of a revoke or a stop */
     bool pg_ready;         /* connected and on_connect succeeded */
     bool paused;           /* assigned partitions paused while PostgreSQL is away */
     bool subscribed;
@@ -337,7 +344,16 @@ static int pg_connect(struct consumer *c)
 {
     if (c->pg_ready || now_s() < c->next_connect)
         return 0;
-    c->pg = pgconn_connectdb(c->o.dsn, "outbox-consume", NULL);
+    /* Our defaults, then the DSN (expanded from "dbname"), which overrides
+     * them. Nobody polls Kafka while this blocks, so a server that accepts
+     * and never answers must not hold it (and a rebalance) for long; the
+     * keepalives find a connection whose peer vanished silently. */
+    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout", "dbname",
+                          "fallback_application_name", NULL};
+    const char *vals[] = {"5", "10", "5", "3", PGCONN_TCP_USER_TIMEOUT_MS, c->o.dsn,
+                          "outbox-consume", NULL};
+    c->pg = PQconnectdbParams(keys, vals, 1);
     if (c->pg != NULL)
         PQsetNoticeProcessor(c->pg, on_notice, NULL);
     struct consumer_failure why = {{0}, {0}};
@@ -621,16 +637,49 @@ static void halt_at(struct consumer *c, size_t fail_at)
 
 /* Applies the batch in progress, retrying transient failures. Returns true
  * when the batch is done (applied and offsets committed, or halted/fatal);
- * false when PostgreSQL is away (the batch is kept). */
-static bool process_batch(struct consumer *c)
+ * false when PostgreSQL is away (the batch is kept) or, when bounded (a
+ * revoke or a stop), when it could not be applied within o.revoke_timeout:
+ * the caller then drops it, committing nothing for it. */
+static bool process_batch(struct consumer *c, bool bounded)
 {
     double backoff = 0.1;
     int attempts = 0;
+    double started = now_s();
+    double deadline = started + c->o.revoke_timeout;
     while (c->nbatch > 0) {
         if (!c->pg_ready)
             return false;
+        if (bounded) {
+            double left = deadline - now_s();
+            if (left <= 0) {
+                log_warn("gave up on the batch in progress (%zu messages) after %.1f s of "
+                         "transient failures (--revoke-timeout)", c->nbatch, now_s() - started);
+                c->stats.abandoned++;
+                return false;
+            }
+            pg_watchdog_arm(c->watchdog, c->pg, left);
+        }
         size_t fail_at = 0;
         enum apply_rc rc = apply_batch(c, c->nbatch, &fail_at);
+        if (rc == APPLY_HALT)
+            halt_at(c, fail_at); /* still under the deadline when bounded */
+        if (bounded && pg_watchdog_disarm(c->watchdog)) {
+            /* The connection was cut: its transaction is rolled back, unless
+             * the cut came after COMMIT returned (rc says so). */
+            if (rc == APPLY_OK) {
+                commit_offsets(c, c->nbatch);
+                batch_drop(c, 0);
+            } else if (rc != APPLY_HALT) {
+                log_warn("gave up on the batch in progress (%zu messages) after %.1f s "
+                         "(--revoke-timeout): PostgreSQL did not finish it, the connection "
+                         "was cut and its transaction rolled back; no offset is committed "
+                         "for it, the next owner of its partitions applies it",
+                         c->nbatch, now_s() - started);
+                c->stats.abandoned++;
+            }
+            pg_lost(c);
+            return c->nbatch == 0;
+        }
         switch (rc) {
         case APPLY_OK:
             commit_offsets(c, c->nbatch);
@@ -640,7 +689,6 @@ static bool process_batch(struct consumer *c)
             pg_lost(c);
             return false;
         case APPLY_HALT:
-            halt_at(c, fail_at);
             return true;
         case APPLY_FATAL:
             c->fatal = true;
@@ -654,7 +702,10 @@ static bool process_batch(struct consumer *c)
                 batch_drop(c, 0);
                 return true;
             }
-            sleep_s(jitter(backoff));
+            double pause = jitter(backoff);
+            if (bounded && now_s() + pause > deadline)
+                pause = deadline - now_s() > 0 ? deadline - now_s() : 0;
+            sleep_s(pause);
             backoff = backoff * 2 > 5 ? 5 : backoff * 2;
             break;
         }
@@ -729,8 +780,8 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             affected = in_list(parts, c->batch[i]);
         if (affected && c->nbatch > 0 && !c->halted && !c->fatal) {
             log_info("finishing the batch in progress (%zu messages) before giving the "
-                     "partitions up", c->nbatch);
-            process_batch(c);
+                     "partitions up (at most %.1f s)", c->nbatch, c->o.revoke_timeout);
+            process_batch(c, true);
         }
         if (affected && c->nbatch > 0) {
             /* Could not apply: keep what belongs to partitions we still own
@@ -777,6 +828,8 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
         c->o.batch_ms = 100;
     if (c->o.reconnect_max <= 0)
         c->o.reconnect_max = 30;
+    if (c->o.revoke_timeout <= 0)
+        c->o.revoke_timeout = 5;
     c->backoff = 0.5;
     if (o->handler == NULL || o->group == NULL || *o->group == '\0' || o->ntopics == 0 ||
         o->dsn == NULL || o->consumer_name == NULL || *o->consumer_name == '\0') {
@@ -786,18 +839,23 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
     }
     c->batch_cap = (size_t) c->o.batch;
     c->batch = calloc(c->batch_cap, sizeof *c->batch);
-    if (c->batch == NULL) {
-        snprintf(err, errlen, "out of memory");
+    c->watchdog = pg_watchdog_new();
+    if (c->batch == NULL || c->watchdog == NULL) {
+        snprintf(err, errlen, "out of memory (or no thread) for the consumer");
         goto fail;
     }
 
     /* Our defaults first; the user's properties win, except the three that
-     * make the guarantee (consume_config refuses them; re-set after). */
+     * make the guarantee (consume_config refuses them; re-set after). Why
+     * each differs from librdkafka's: consumer.h. */
     if ((o->brokers && *o->brokers &&
          kafka_conf_set(conf, "bootstrap.servers", o->brokers, err, errlen) < 0) ||
         kafka_conf_set(conf, "client.id", "outbox-consume", err, errlen) < 0 ||
         kafka_conf_set(conf, "auto.offset.reset", "earliest", err, errlen) < 0 ||
         kafka_conf_set(conf, "enable.partition.eof", "false", err, errlen) < 0 ||
+        kafka_conf_set(conf, "session.timeout.ms", "10000", err, errlen) < 0 ||
+        kafka_conf_set(conf, "heartbeat.interval.ms", "1000", err, errlen) < 0 ||
+        kafka_conf_set(conf, "topic.metadata.refresh.interval.ms", "10000", err, errlen) < 0 ||
         kafka_conf_route_log(conf, err, errlen) < 0)
         goto fail;
     for (size_t i = 0; i < o->nkafka; i++)
@@ -826,6 +884,7 @@ fail:
     if (conf != NULL)
         rd_kafka_conf_destroy(conf);
     if (c != NULL) {
+        pg_watchdog_free(c->watchdog);
         free(c->batch);
         free(c);
     }
@@ -917,7 +976,7 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
         bool full = c->nbatch >= (size_t) c->o.batch;
         double left = c->batch_started + c->o.batch_ms / 1000.0 - now;
         if (c->nbatch > 0 && (full || left <= 0)) {
-            process_batch(c);
+            process_batch(c, false);
             continue;
         }
         int timeout = POLL_MS;
@@ -933,16 +992,17 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
     if (*stop && !c->halted && !c->fatal && c->nbatch > 0) {
         if (!c->pg_ready)
             pg_connect(c);
-        if (!process_batch(c))
-            log_warn("PostgreSQL is away: %zu unapplied messages dropped, their offsets are "
-                     "not committed", c->nbatch);
+        if (!process_batch(c, true))
+            log_warn("stopping: %zu unapplied messages dropped, their offsets are not "
+                     "committed", c->nbatch);
     }
     batch_drop(c, 0);
     commit_pending(c);
     log_info("stopping: %" PRIu64 " events applied, %" PRIu64 " duplicates skipped, %" PRIu64
-             " failed, %" PRIu64 " batches, %" PRIu64 " PostgreSQL reconnects",
+             " failed, %" PRIu64 " batches, %" PRIu64 " PostgreSQL reconnects, %" PRIu64
+             " batches given up at a revoke or stop",
              c->stats.applied, c->stats.duplicates, c->stats.failed, c->stats.batches,
-             c->stats.reconnects);
+             c->stats.reconnects, c->stats.abandoned);
     if (c->halted)
         return CONSUMER_HALTED;
     if (c->fatal)
@@ -973,6 +1033,7 @@ void consumer_free(struct consumer *c)
         rd_kafka_destroy(c->rk);
     }
     pg_close(c);
+    pg_watchdog_free(c->watchdog);
     if (c->pending != NULL)
         rd_kafka_topic_partition_list_destroy(c->pending);
     free(c->batch);

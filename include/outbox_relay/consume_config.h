@@ -33,6 +33,7 @@ struct consume_config {
     long batch;          /* messages per transaction, at most */
     long batch_ms;       /* ms a batch waits to fill after its first message */
     double reconnect_max; /* seconds: cap of the PostgreSQL reconnect backoff */
+    double revoke_timeout; /* seconds a revoke or stop waits for the batch in progress */
     enum log_level log_level;
     enum log_format log_format;
     struct config_kv kafka[CONFIG_MAX_KAFKA_PROPS]; /* in order given */

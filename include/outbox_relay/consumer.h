@@ -51,6 +51,25 @@
  * cooperative-sticky) is handled the same way, with incremental
  * assign/unassign.
  *
+ * A revoke (and a stop) never waits on PostgreSQL longer than
+ * o.revoke_timeout: past it the connection is cut (pg_watchdog.h), so the
+ * transaction is rolled back, the batch is dropped with no offset committed
+ * and the group rebalances; the next owner applies the batch (a part that
+ * did commit, if the cut met COMMIT, is in processed_events and skipped).
+ * A batch applied outside a revoke is not cut: while it runs nobody polls,
+ * so a rebalance waits for it, at most max.poll.interval.ms, after which
+ * librdkafka leaves the group on our behalf.
+ *
+ * librdkafka defaults changed so that the defaults work from any start
+ * (each can still be set with kafka[]): session.timeout.ms 10000 and
+ * heartbeat.interval.ms 1000 (librdkafka: 45000 / 3000; a restarted
+ * consumer waits a dead member's session out before it gets partitions),
+ * topic.metadata.refresh.interval.ms 10000 (librdkafka: 300000, the delay
+ * before a subscribed topic created, or partitions added, after the join
+ * are consumed), auto.offset.reset earliest. PostgreSQL connections get
+ * connect_timeout=5 and TCP keepalives unless the DSN sets them: nobody
+ * polls Kafka while a connection attempt blocks.
+ *
  * Each savepoint is a subtransaction; PostgreSQL tracks up to 64 per
  * transaction cheaply, so keep batches near 100 when other sessions are
  * busy (see docs/consumer.md).
@@ -133,6 +152,7 @@ struct consumer_options {
     int batch;                      /* messages per transaction (default 100) */
     int batch_ms;                   /* wait for a batch to fill (default 100 ms) */
     double reconnect_max;           /* s, cap of the PostgreSQL backoff (default 30) */
+    double revoke_timeout;          /* s a revoke or a stop waits on PostgreSQL (default 5) */
     const struct consumer_kv *kafka; /* librdkafka properties, applied after ours */
     size_t nkafka;
     consumer_handler_fn handler;    /* required */
@@ -147,6 +167,7 @@ struct consumer_stats {
     uint64_t batches;    /* committed transactions */
     uint64_t retries;    /* batches rolled back and read again */
     uint64_t reconnects; /* PostgreSQL reconnections */
+    uint64_t abandoned;  /* batches given up at a revoke or stop (revoke_timeout) */
 };
 
 struct consumer;

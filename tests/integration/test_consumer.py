@@ -16,10 +16,25 @@ broker and (end to end) the real relayer.
                                        relayer and the consumer, both
                                        SIGKILLed several times; points are
                                        exact, each event processed once
+Each of those runs twice: [tuned] with the FAST_GROUP -X settings and small
+batches, [defaults] with no -X and no batch options at all. Defaults only:
+  test_defaults_started_before_the_topic_exists[order|^ord.*]
+  test_defaults_topic_created_while_running  a subscribed topic appears
+                                       after the consumer joined
+  test_defaults_restart_after_events_exist   a new group, then a SIGKILL
+                                       and a restart of a known group
+  test_defaults_postgres_hangs_while_the_group_rebalances  reconnecting
+                                       to a server that never answers does
+                                       not keep the consumer from a rebalance
+  test_revoke_is_bounded[lock|hung-server]  a revoke meets a batch
+                                       PostgreSQL does not apply (rows locked
+                                       elsewhere; the backend SIGSTOPped):
+                                       the group goes on within the bound
 """
 
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -79,10 +94,24 @@ def shop(pg):
 
 
 def consumer_args(pg, broker, topics="order", group="loyalty", name="loyalty",
-                  apply=APPLY_POINTS, extra=(), dsn=None):
-    return (["--brokers", broker.bootstrap, "--group", group, "--topics", topics,
-             "--dsn", dsn or pg.dsn(), "--consumer", name, "--apply", apply, "--batch", "20",
-             "--batch-ms", "50"] + FAST_GROUP + list(extra))
+                  apply=APPLY_POINTS, extra=(), dsn=None, tuning="tuned"):
+    """outbox-consume's arguments. tuning "tuned": small batches and the
+    FAST_GROUP -X settings; "defaults": what a user runs, no -X and no batch
+    options at all."""
+    args = ["--brokers", broker.bootstrap, "--group", group, "--topics", topics,
+            "--dsn", dsn or pg.dsn(), "--consumer", name, "--apply", apply]
+    if tuning == "tuned":
+        args += ["--batch", "20", "--batch-ms", "50"] + FAST_GROUP
+    else:
+        assert tuning == "defaults", tuning
+    return args + list(extra)
+
+
+@pytest.fixture(params=["tuned", "defaults"])
+def tuning(request):
+    """Runs a test twice: with the tests' tuned settings and with none
+    (defaults are what users run)."""
+    return request.param
 
 
 def committed_offsets(bootstrap, group, topic, partitions):
@@ -147,7 +176,7 @@ def wait_points(pg, expected, timeout, proc=None):
                              % (points(pg), expected, proc.log_tail() if proc else ""))
 
 
-def test_applies_each_event_once(shop, broker, kafka, consume):
+def test_applies_each_event_once(shop, broker, kafka, consume, tuning):
     pg = shop
     broker.cmd("topic order 2")
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
@@ -156,7 +185,7 @@ def test_applies_each_event_once(shop, broker, kafka, consume):
             (b.encode(), ('{"customer_id": "%s", "points": 100}' % b).encode(),
              [("event_id", b"\xff\xfe not utf-8"), ("event_type", b"order.placed")])]
     assert kafka.produce("order", msgs) == []
-    p = consume(*consumer_args(pg, broker))
+    p = consume(*consumer_args(pg, broker, tuning=tuning))
     wait_points(pg, {a: 11, b: 107}, 30, p)
 
     # The same events again (a relayer redelivering after a crash): skipped.
@@ -179,7 +208,7 @@ def test_applies_each_event_once(shop, broker, kafka, consume):
     assert sum(o for o in offs.values() if o >= 0) == 8, offs
 
     # A restart reads nothing again (offsets) and applies nothing twice.
-    p2 = consume(*consumer_args(pg, broker))
+    p2 = consume(*consumer_args(pg, broker, tuning=tuning))
     p2.wait_for_log(r"assigned", timeout=20)
     time.sleep(1.5)
     assert points(pg) == {a: 11, b: 107}
@@ -187,7 +216,7 @@ def test_applies_each_event_once(shop, broker, kafka, consume):
     assert "0 events applied, 0 duplicates" in p2.log_text()
 
 
-def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume):
+def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume, tuning):
     pg = shop
     broker.cmd("topic order 1")
     a = str(uuid.uuid4())
@@ -196,7 +225,7 @@ def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume):
             event(a, 0, "12", payload="this is not json"),
             event(a, 4, "13")]
     assert kafka.produce("order", msgs) == []
-    p = consume(*consumer_args(pg, broker, extra=["--on-error", "failed"]))
+    p = consume(*consumer_args(pg, broker, tuning=tuning, extra=["--on-error", "failed"]))
     wait_points(pg, {a: 7}, 30, p)
     harness.wait_until(lambda: pg.scalar("SELECT count(*) FROM failed_events") == 2, 10,
                        message="2 failed events")
@@ -224,7 +253,7 @@ def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume):
     assert committed_offsets(broker.bootstrap, "loyalty", "order", [0]) == {0: 5}
 
 
-def test_on_error_halt_stops_at_the_bad_event(shop, broker, kafka, consume):
+def test_on_error_halt_stops_at_the_bad_event(shop, broker, kafka, consume, tuning):
     pg = shop
     broker.cmd("topic order 1")
     a = str(uuid.uuid4())
@@ -232,7 +261,7 @@ def test_on_error_halt_stops_at_the_bad_event(shop, broker, kafka, consume):
             event(a, 0, "22", payload='{"customer_id": "%s", "points": "lots"}' % a),
             event(a, 5, "23")]
     assert kafka.produce("order", msgs) == []
-    p = consume(*consumer_args(pg, broker, extra=["--on-error", "halt"]))
+    p = consume(*consumer_args(pg, broker, tuning=tuning, extra=["--on-error", "halt"]))
     assert p.wait_exit(40) == 1
     log = p.log_text()
     assert ("event_id=22 topic=order partition=0 offset=2 type=order.placed: apply failed: "
@@ -246,7 +275,7 @@ def test_on_error_halt_stops_at_the_bad_event(shop, broker, kafka, consume):
     assert committed_offsets(broker.bootstrap, "loyalty", "order", [0]) == {0: 2}
 
     # A restart halts on it again rather than skipping it.
-    p2 = consume(*consumer_args(pg, broker, extra=["--on-error", "halt"]))
+    p2 = consume(*consumer_args(pg, broker, tuning=tuning, extra=["--on-error", "halt"]))
     assert p2.wait_exit(40) == 1
     assert "event_id=22" in p2.log_text()
     assert points(pg) == {a: 7}
@@ -274,7 +303,7 @@ def test_bad_usage_and_bad_apply_sql(shop, broker, consume):
     assert "Sekr3t-pw" not in p.log_text()
 
 
-def test_survives_postgres_restart(shop, broker, kafka, consume):
+def test_survives_postgres_restart(shop, broker, kafka, consume, tuning):
     """PostgreSQL goes away while events arrive: the consumer pauses,
     reconnects, and applies everything exactly once."""
     pg = shop
@@ -294,7 +323,7 @@ def test_survives_postgres_restart(shop, broker, kafka, consume):
         assert kafka.produce("order", msgs) == []
 
     send(30)
-    p = consume(*consumer_args(pg, broker))
+    p = consume(*consumer_args(pg, broker, tuning=tuning))
     wait_points(pg, dict(expected), 30, p)
     pg.stop(mode="immediate")
     send(30)
@@ -308,7 +337,7 @@ def test_survives_postgres_restart(shop, broker, kafka, consume):
     assert "connection" in p.log_text().lower()
 
 
-def test_survives_broker_outage(shop, broker, kafka, consume):
+def test_survives_broker_outage(shop, broker, kafka, consume, tuning):
     """All brokers down for longer than the session timeout: the consumer
     keeps polling, rejoins when they are back, and nothing is lost or applied
     twice."""
@@ -316,7 +345,7 @@ def test_survives_broker_outage(shop, broker, kafka, consume):
     broker.cmd("topic order 2")
     c = str(uuid.uuid4())
     assert kafka.produce("order", [event(c, i, "a%d" % i) for i in range(1, 21)]) == []
-    p = consume(*consumer_args(pg, broker))
+    p = consume(*consumer_args(pg, broker, tuning=tuning))
     wait_points(pg, {c: 210}, 30, p)
     broker.cmd("down")
     time.sleep(6)
@@ -329,7 +358,7 @@ def test_survives_broker_outage(shop, broker, kafka, consume):
     assert p.terminate(30) == 0
 
 
-def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, consume):
+def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, consume, tuning):
     """The seed's example under fire: 4 producer threads place orders (orders
     row + order.placed event in one transaction, ~20 % rolled back); the
     relayer and outbox-consume are SIGKILLed and restarted several times;
@@ -339,7 +368,7 @@ def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, 
     t0 = time.monotonic()
     broker.cmd("topic order 4")
     relay_argv = relay_args + ["--status-interval", "0.5"]
-    cons_argv = consumer_args(pg, broker)
+    cons_argv = consumer_args(pg, broker, tuning=tuning)
     rel = relayer(*relay_argv)
     rel.wait_for_log(r"streaming public\.events_outbox", timeout=30)
     con = consume(*cons_argv)
@@ -442,7 +471,7 @@ def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, 
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_rebalance_between_two_consumers(shop, broker, kafka, consume, strategy):
+def test_rebalance_between_two_consumers(shop, broker, kafka, consume, strategy, tuning):
     """A second consumer joins the group while events flow, then the first
     one is stopped: every event is applied exactly once across the two."""
     pg = shop
@@ -476,12 +505,12 @@ def test_rebalance_between_two_consumers(shop, broker, kafka, consume, strategy)
             errors.append(e)
 
     extra = ["-X", "partition.assignment.strategy=" + strategy]
-    a = consume(*consumer_args(pg, broker, extra=extra))
+    a = consume(*consumer_args(pg, broker, tuning=tuning, extra=extra))
     a.wait_for_log(r"assigned 4 partition", timeout=30)
     t = threading.Thread(target=produce, daemon=True)
     t.start()
     time.sleep(1.0)
-    b = consume(*consumer_args(pg, broker, extra=extra))
+    b = consume(*consumer_args(pg, broker, tuning=tuning, extra=extra))
     b.wait_for_log(r"assigned [1-9] partition", timeout=30)
     a.wait_for_log(r"revoked", timeout=30)
     time.sleep(1.0)
@@ -509,3 +538,305 @@ def test_rebalance_between_two_consumers(shop, broker, kafka, consume, strategy)
     offs = committed_offsets(broker.bootstrap, "loyalty", "order", [0, 1, 2, 3])
     assert offs == ends, (offs, ends)
     print("\n%s: %d events across a join and a leave" % (strategy, total))
+
+
+# ---------------------------------------------------------------------------
+# Defaults from any starting point. Every test below runs outbox-consume with
+# no -X and no batch options (tuning="defaults"), as users do.
+#
+# The mock cluster of librdkafka 2.0.2 advertises Metadata up to v2, which
+# has no AllowAutoTopicCreation flag, so any consumer's subscription creates
+# the topic it names. "apiversion 3 0 4" makes the brokers advertise v4:
+# consumers then send allow.auto.create.topics=false and only producers
+# create topics, as on a real broker.
+# ---------------------------------------------------------------------------
+
+def place_orders(pg, customers, count, expected):
+    """count orders spread over customers (1 point per order), committed
+    one by one; expected {customer: points} is updated."""
+    conn = psycopg2.connect(pg.dsn(), connect_timeout=10)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            for i in range(count):
+                c = customers[i % len(customers)]
+                cur.execute("SELECT place_order(%s, 100)", (c,))
+                expected[c] = expected.get(c, 0) + 1
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("topics", ["order", "^ord.*"])
+def test_defaults_started_before_the_topic_exists(shop, broker, relayer, relay_args, consume,
+                                                  topics):
+    """The consumer subscribes before anything created the topic; the
+    relayer creates it with the first event. For a topic name librdkafka
+    retries a join that matches nothing every ~2 s (this passed before the
+    defaults changed: a guard); a regex subscription finds the new topic
+    only at the next metadata refresh, 5 minutes by librdkafka's default."""
+    pg = shop
+    broker.cmd("apiversion 3 0 4")
+    con = consume(*consumer_args(pg, broker, group="g", topics=topics, tuning="defaults"))
+    con.wait_for_log(r"Subscribed topic not available: " + re.escape(topics), timeout=20)
+    rel = relayer(*relay_args)
+    rel.wait_for_log(r"streaming public\.events_outbox", timeout=30)
+    customers = [str(uuid.uuid4()) for _ in range(6)]
+    expected = {}
+    place_orders(pg, customers, 20, expected)
+    wait_points(pg, expected, 40, con)
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 20
+
+
+def test_defaults_topic_created_while_running(shop, broker, kafka, consume):
+    """A subscribed topic that appears after the consumer joined the group
+    (the same metadata refresh finds partitions added to a topic, which the
+    2.0.2 mock cannot do). librdkafka's default topic.metadata.refresh
+    interval is 5 minutes: the consumer must find it within seconds."""
+    pg = shop
+    broker.cmd("apiversion 3 0 4")
+    broker.cmd("topic order 2")
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    assert kafka.produce("order", [event(a, 1, "o%d" % i) for i in range(5)]) == []
+    con = consume(*consumer_args(pg, broker, topics="order,refund", tuning="defaults"))
+    wait_points(pg, {a: 5}, 40, con)
+    t0 = time.monotonic()
+    assert kafka.produce("refund", [event(b, 2, "r%d" % i) for i in range(5)]) == []
+    assert kafka.partitions("refund") == [0, 1, 2, 3]
+    wait_points(pg, {a: 5, b: 10}, 40, con)
+    print("\nnew topic consumed %.1f s after its first event" % (time.monotonic() - t0))
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 10
+
+
+def test_defaults_restart_after_events_exist(shop, broker, kafka, consume):
+    """Started after the events exist, by a new group; then SIGKILLed and
+    started again (the group is known, its dead member still in it) after
+    more events: everything is applied, exactly once, within seconds."""
+    pg = shop
+    broker.cmd("topic order 4")
+    customers = keys_covering(4, per_partition=2)
+    expected = {}
+    n = 0
+
+    def send(count):
+        nonlocal n
+        msgs = []
+        for _ in range(count):
+            n += 1
+            c = customers[n % len(customers)]
+            expected[c] = expected.get(c, 0) + n
+            msgs.append(event(c, n, "e%d" % n))
+        assert kafka.produce("order", msgs) == []
+
+    send(40)
+    con = consume(*consumer_args(pg, broker, tuning="defaults"))
+    t0 = time.monotonic()
+    wait_points(pg, dict(expected), 30, con)
+    first = time.monotonic() - t0
+    assert con.kill() == -signal.SIGKILL
+    send(40)
+    con = consume(*consumer_args(pg, broker, tuning="defaults"))
+    t0 = time.monotonic()
+    wait_points(pg, dict(expected), 30, con)
+    print("\nnew group: all applied %.1f s after start; after a SIGKILL: %.1f s"
+          % (first, time.monotonic() - t0))
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 80
+    assert con.terminate(30) == 0
+
+
+@pytest.mark.parametrize("how", ["lock", "hung-server"])
+def test_revoke_is_bounded(shop, broker, kafka, consume, how):
+    """A revoke finds a batch that PostgreSQL does not apply: its rows are
+    locked by another session ("lock"), or the consumer's backend stops
+    answering (SIGSTOP: a hung server or a silent network, "hung-server").
+    The consumer gives up on it after --revoke-timeout (default 5 s), rolls
+    it back and commits no offset for it, so the group rebalances while
+    PostgreSQL is still stuck; once it is not, every event is applied
+    exactly once."""
+    pg = shop
+    broker.cmd("topic order 4")
+    customers = keys_covering(4, per_partition=2)
+    # Rows to lock (a table lock would also stop the --apply statement from
+    # being prepared by a consumer that connects meanwhile).
+    pg.query("INSERT INTO loyalty_points SELECT c::uuid, 0 FROM unnest(%s::text[]) c",
+             (customers,))
+    expected = {c: 0 for c in customers}
+    msgs = []
+    for i in range(1, 41):
+        c = customers[i % len(customers)]
+        expected[c] += i
+        msgs.append(event(c, i, "e%d" % i))
+    assert kafka.produce("order", msgs) == []
+    # a collects for a minute before applying, so the revoke meets the batch
+    # (it fetches the 40 events within a second of its assignment; b's join
+    # takes longer than that to reach it).
+    a = consume(*consumer_args(pg, broker, tuning="defaults", extra=["--batch-ms", "60000"]))
+    a.wait_for_log(r"assigned 4 partition", timeout=60)
+    if how == "lock":
+        locker = pg.connect(autocommit=False)
+        with locker.cursor() as cur:
+            cur.execute("SELECT * FROM loyalty_points FOR UPDATE")
+    else:
+        backend = pg.scalar("SELECT pid FROM pg_stat_activity "
+                            "WHERE application_name = 'outbox-consume'")
+        os.kill(backend, signal.SIGSTOP)
+    try:
+        b = consume(*consumer_args(pg, broker, tuning="defaults"))
+        took = revoke_then_assign(pg, broker, a, b)
+    finally:
+        if how == "lock":
+            locker.rollback()
+        else:
+            os.kill(backend, signal.SIGCONT)
+    assert a.terminate(30) == 0
+    wait_points(pg, dict(expected), 40, b)
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 40
+    print("\n%s: the second consumer was assigned %.1f s after it started, PostgreSQL "
+          "still stuck" % (how, took))
+    assert b.terminate(30) == 0
+
+
+def revoke_then_assign(pg, broker, a, b):
+    """a must give its 40-message batch up within the bound, b get
+    partitions, nothing be applied or committed meanwhile; returns the
+    seconds until b's assignment."""
+    t0 = time.monotonic()
+    a.wait_for_log(r"finishing the batch in progress \(40 messages\)", timeout=30)
+    b.wait_for_log(r"assigned [1-9] partition", timeout=40)
+    took = time.monotonic() - t0
+    assert a.running() and b.running()
+    assert "gave up on the batch in progress (40 messages)" in a.log_text(), a.log_tail()
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 0
+    assert all(o < 0 for o in committed_offsets(broker.bootstrap, "loyalty", "order",
+                                                 [0, 1, 2, 3]).values())
+    return took
+
+
+class PgProxy:
+    """A TCP proxy in front of PostgreSQL on 127.0.0.1: forwards until
+    blackhole(), which closes the forwarded connections and from then on
+    accepts new ones and never answers (a server or network that hangs);
+    forward() heals it."""
+
+    def __init__(self, target_port):
+        import socket
+        self.target = target_port
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.mode = "forward"
+        self.pairs, self.held = [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def dsn(self):
+        return "host=127.0.0.1 port=%d dbname=postgres user=postgres" % self.port
+
+    def _accept(self):
+        import select
+        import socket
+        while not self.stop.is_set():
+            r, _, _ = select.select([self.lsock], [], [], 0.2)
+            if not r:
+                continue
+            c, _ = self.lsock.accept()
+            if self.mode != "forward":
+                self.held.append(c)
+                continue
+            u = socket.create_connection(("127.0.0.1", self.target))
+            self.pairs.append((c, u))
+            threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
+
+    def _pump(self, c, u):
+        import select
+        try:
+            while not self.stop.is_set():
+                r, _, _ = select.select([c, u], [], [], 0.2)
+                for s in r:
+                    data = s.recv(65536)
+                    if not data:
+                        raise EOFError
+                    (u if s is c else c).sendall(data)
+        except (OSError, EOFError, ValueError):
+            pass
+        for s in (c, u):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def blackhole(self):
+        import socket
+        self.mode = "blackhole"
+        for c, u in self.pairs:
+            for s in (c, u):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self.pairs = []
+
+    def forward(self):
+        self.mode = "forward"
+        for c in self.held:
+            c.close()
+        self.held = []
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5)
+        self.blackhole()
+        self.forward()
+        self.lsock.close()
+
+
+def test_defaults_postgres_hangs_while_the_group_rebalances(shop, broker, kafka, consume):
+    """PostgreSQL goes away and then accepts connections without ever
+    answering (a hung server, a half-dead network): the consumer's reconnect
+    attempts must not keep it from serving a rebalance. A second consumer
+    joins meanwhile and gets partitions; when PostgreSQL is back every event
+    is applied exactly once."""
+    pg = shop
+    broker.cmd("topic order 4")
+    customers = keys_covering(4, per_partition=2)
+    expected = {}
+    n = 0
+
+    def send(count):
+        nonlocal n
+        msgs = []
+        for _ in range(count):
+            n += 1
+            c = customers[n % len(customers)]
+            expected[c] = expected.get(c, 0) + n
+            msgs.append(event(c, n, "e%d" % n))
+        assert kafka.produce("order", msgs) == []
+
+    proxy = PgProxy(pg.port)
+    try:
+        a = consume(*consumer_args(pg, broker, dsn=proxy.dsn(), tuning="defaults"))
+        send(20)
+        wait_points(pg, dict(expected), 30, a)
+        proxy.blackhole()
+        send(20)  # a's next batch finds its connection gone, then hangs reconnecting
+        a.wait_for_log(r"PostgreSQL connection lost", timeout=20)
+        # b joins once a is inside a reconnect attempt that gets no answer.
+        harness.wait_until(lambda: proxy.held, 20, message="a reconnect attempt")
+        b = consume(*consumer_args(pg, broker, tuning="defaults"))
+        t0 = time.monotonic()
+        b.wait_for_log(r"assigned [1-9] partition", timeout=40)
+        took = time.monotonic() - t0
+        # a took part in the rebalance (on a real broker the group would wait
+        # for it up to max.poll.interval.ms; the mock drops it sooner).
+        a.wait_for_log(r"revoked 4 partition", timeout=20)
+        assert a.running(), a.log_tail()
+        assert re.search(r"cannot connect to PostgreSQL: .*timeout expired", a.log_text()), \
+            a.log_tail()
+        proxy.forward()
+        wait_points(pg, dict(expected), 60, b)
+        assert pg.scalar("SELECT count(*) FROM processed_events") == 40
+        assert a.terminate(30) == 0 and b.terminate(30) == 0
+        print("\nthe second consumer was assigned %.1f s after it started" % took)
+    finally:
+        proxy.close()

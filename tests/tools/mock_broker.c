@@ -22,6 +22,11 @@
  *                                    (0 clears it); creates the topic if
  *                                    absent, like the mock cluster does
  *   rtt <broker_id|-1> <ms>          delay every response by <ms>
+ *   apiversion <ApiKey> <min> <max>  the versions of <ApiKey> the brokers
+ *                                    advertise (rd_kafka_mock_set_apiversion);
+ *                                    "apiversion 3 0 4" makes Metadata v4 the
+ *                                    newest, so a consumer's Metadata request
+ *                                    no longer auto-creates (see below)
  *   quit                             answer ok and exit 0
  *
  * <err> is a number (rd_kafka_resp_err_t, e.g. 6, -195) or a name as
@@ -59,7 +64,13 @@
  *    that default, so --partitions cannot change it: it only sets the
  *    default partition count of the "topic" command. Pre-create a topic
  *    with "topic <name> <n>" when a test needs a different count;
- *  - rd_kafka_mock_topic_set_error() also creates the topic when absent.
+ *  - rd_kafka_mock_topic_set_error() also creates the topic when absent;
+ *  - the mock advertises Metadata up to v2, which has no
+ *    AllowAutoTopicCreation field: there EVERY Metadata request naming an
+ *    unknown topic creates it, a consumer's subscription included. After
+ *    "apiversion 3 0 4" clients send v4 with the flag, and only producers
+ *    create topics, as on a real broker with auto.create.topics.enable;
+ *  - 2.0.2's mock cannot add partitions to an existing topic (no API).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -201,7 +212,8 @@ static void usage(FILE *out)
             "prints BOOTSTRAP host:port[,...] then reads commands on stdin:\n"
             "  down [id|-1] | up [id|-1] | error <ApiKey> <err> [count] |\n"
             "  clear-errors <ApiKey> | topic <name> [partitions] |\n"
-            "  topic-error <name> <err> | rtt <id|-1> <ms> | quit\n"
+            "  topic-error <name> <err> | rtt <id|-1> <ms> |\n"
+            "  apiversion <ApiKey> <min> <max> | quit\n"
             "--advertise PORT,...: advertise these ports (put a proxy there)\n");
 }
 
@@ -392,6 +404,24 @@ static int run_command(struct broker_state *st, char *line)
             return 0;
         }
         err = rd_kafka_mock_broker_set_rtt(st->mcluster, id, (int)v1);
+        if (err)
+            reply_err("%s", rd_kafka_err2str(err));
+        else
+            reply_ok();
+        return 0;
+    }
+
+    if (strcmp(argv[0], "apiversion") == 0) {
+        long v3;
+
+        if (argc != 4 || parse_long(argv[1], 0, INT16_MAX, &v1) ||
+            parse_long(argv[2], 0, INT16_MAX, &v2) ||
+            parse_long(argv[3], v2, INT16_MAX, &v3)) {
+            reply_err("usage: apiversion <ApiKey> <min> <max>");
+            return 0;
+        }
+        err = rd_kafka_mock_set_apiversion(st->mcluster, (int16_t)v1,
+                                           (int16_t)v2, (int16_t)v3);
         if (err)
             reply_err("%s", rd_kafka_err2str(err));
         else

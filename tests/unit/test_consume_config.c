@@ -44,6 +44,7 @@ static void test_defaults(void)
     CHECK_EQ_INT(c.batch, 100);
     CHECK_EQ_INT(c.batch_ms, 100);
     CHECK(c.reconnect_max == 30.0);
+    CHECK(c.revoke_timeout == 5.0);
     CHECK_EQ_INT(c.log_level, LOG_LEVEL_INFO);
     CHECK_EQ_INT(c.nkafka, 0);
 
@@ -54,6 +55,7 @@ static void test_defaults(void)
     CHECK_EQ_INT(o.ntopics, 1);
     CHECK(strcmp(o.topics[0], "order") == 0);
     CHECK_EQ_INT(o.batch, 100);
+    CHECK(o.revoke_timeout == 5.0);
     consume_config_free(&c);
 }
 
@@ -156,6 +158,8 @@ static void test_errors(void)
     expect_error("--batch must be between", 15, REQUIRED, "--batch", "0");
     expect_error("--batch expects a whole number", 15, REQUIRED, "--batch", "ten");
     expect_error("--batch-ms must be between", 15, REQUIRED, "--batch-ms", "-1");
+    expect_error("--revoke-timeout must be between", 15, REQUIRED, "--revoke-timeout", "0");
+    expect_error("--revoke-timeout must be between", 15, REQUIRED, "--revoke-timeout", "7200");
     expect_error("unknown option --bacth", 15, REQUIRED, "--bacth", "5");
     expect_error("unknown option --batch_ms", 15, REQUIRED, "--batch_ms", "5");
     expect_error("--log-level expects", 15, REQUIRED, "--log-level", "loud");
@@ -174,6 +178,23 @@ static void test_errors(void)
     char err[CONSUMER_ERRLEN] = "";
     consume_config_load(&c, 15, argv, env, err, sizeof err);
     CHECK(strstr(err, "hunter22") == NULL);
+    consume_config_free(&c);
+}
+
+static void test_revoke_timeout(void)
+{
+    struct consume_config c;
+    char err[CONSUMER_ERRLEN];
+    char *env[] = {"OUTBOX_CONSUME_REVOKE_TIMEOUT=2.5", NULL};
+    CHECK_EQ_INT(load(&c, env, err, 13, REQUIRED), CONFIG_OK);
+    CHECK(c.revoke_timeout == 2.5);
+    consume_config_free(&c);
+    CHECK_EQ_INT(load(&c, env, err, 15, REQUIRED, "--revoke-timeout", "0.5"), CONFIG_OK);
+    CHECK(c.revoke_timeout == 0.5); /* the command line wins */
+    struct consumer_options o;
+    memset(&o, 0, sizeof o);
+    consume_config_to_options(&c, &o);
+    CHECK(o.revoke_timeout == 0.5);
     consume_config_free(&c);
 }
 
@@ -198,6 +219,7 @@ int main(void)
     test_precedence_and_kafka();
     test_topics();
     test_errors();
+    test_revoke_timeout();
     test_help_and_version();
     CHECK_DONE();
 }
