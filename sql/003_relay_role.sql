@@ -30,3 +30,18 @@ CREATE TABLE IF NOT EXISTS public.outbox_relay_slots (
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 GRANT SELECT, INSERT, UPDATE ON public.outbox_relay_slots TO outbox_relay;
+
+-- The reaper's marks (docs/operations.md, "The rule: marks"): snapshots
+-- taken with the WAL insert position they were taken at. Once the slot has
+-- confirmed a mark's insert_lsn, every row inserted by a transaction id
+-- below its snapshot_xmin is delivered and may be reaped, however far the
+-- slot is behind the head. A handful of rows per slot; the reaper prunes
+-- it.
+CREATE TABLE IF NOT EXISTS public.outbox_relay_reaper_marks (
+    slot_name     TEXT        NOT NULL,
+    insert_lsn    PG_LSN      NOT NULL,
+    snapshot_xmin XID8        NOT NULL,
+    taken_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (slot_name, insert_lsn)
+);
+GRANT SELECT, INSERT, DELETE ON public.outbox_relay_reaper_marks TO outbox_relay;
