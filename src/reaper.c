@@ -39,6 +39,14 @@
 #define MARK_FRESH_ENOUGH                                                          \
     "snapshot_xmin::text::bigint > "                                             \
     "pg_snapshot_xmax(pg_current_snapshot())::text::bigint - 2147483648"
+/* Where outbox-relay last created the slot (0/0 when it did not record
+ * it): a mark taken before that belongs to an earlier slot of the same
+ * name, dropped or lost — the new one never decoded what that mark covers,
+ * it started past it. $1 is the slot. */
+#define SLOT_CREATED                                                               \
+    "coalesce((SELECT created_lsn FROM public.outbox_relay_slots WHERE slot_name = $1), " \
+    "'0/0')"
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -297,18 +305,21 @@ fail:
     return out == 0 ? 0 : rc;
 }
 
-/* Removes the slot's confirmed marks but the one with the greatest X: any
- * later choice is that one or a newer mark. Errors are ignored: pruning
- * only keeps the table small. */
+/* Removes the slot's confirmed marks but the one with the greatest X (any
+ * later choice is that one or a newer mark), and those of an earlier slot
+ * of the same name. Errors are ignored: pruning only keeps the table
+ * small. */
 static void prune_marks(struct reap *r)
 {
     const char *p[] = {r->slot};
     PQclear(PQexecParams(r->conn,
                          "WITH c AS (SELECT confirmed_flush_lsn AS lsn FROM pg_replication_slots "
                          "WHERE slot_name = $1), best AS (SELECT max(m.snapshot_xmin) AS x FROM "
-                         REAPER_MARKS_TABLE " m, c WHERE m.slot_name = $1 AND m.insert_lsn <= c.lsn) "
+                         REAPER_MARKS_TABLE " m, c WHERE m.slot_name = $1 AND m.insert_lsn <= c.lsn "
+                         "AND m.insert_lsn >= " SLOT_CREATED ") "
                          "DELETE FROM " REAPER_MARKS_TABLE " m USING c, best "
-                         "WHERE m.slot_name = $1 AND m.insert_lsn <= c.lsn AND m.snapshot_xmin < best.x",
+                         "WHERE m.slot_name = $1 AND (m.insert_lsn < " SLOT_CREATED
+                         " OR (m.insert_lsn <= c.lsn AND m.snapshot_xmin < best.x))",
                          1, NULL, p, NULL, NULL, 0));
 }
 
@@ -343,6 +354,7 @@ static int choose_mark(struct reap *r)
                                  "SELECT insert_lsn::text, snapshot_xmin::text FROM "
                                  REAPER_MARKS_TABLE " WHERE slot_name = $1 AND "
                                  "insert_lsn <= $2::pg_lsn AND " MARK_FRESH_ENOUGH
+                                 " AND insert_lsn >= " SLOT_CREATED
                                  " ORDER BY snapshot_xmin DESC LIMIT 1",
                                  2, NULL, p, NULL, NULL, 0);
     int rc = 0;
