@@ -1,7 +1,8 @@
 -- 003_relay_role.sql — a least-privilege role for outbox-relay.
 --
 -- REPLICATION lets it create and read its logical slot; SELECT and DELETE on
--- the outbox are all the reaper and the status command need. It is not a
+-- the outbox are all the reaper and the status command need (plus its own
+-- bookkeeping tables below). It is not a
 -- superuser and cannot write business tables. Set its password separately:
 --   ALTER ROLE outbox_relay PASSWORD '...';
 -- and allow it in pg_hba.conf for the database that holds the outbox: a

@@ -283,19 +283,19 @@ static int reap(struct maint *mt)
         mt->marks_warned = true;
     }
     if (res.held_back && res.have_mark)
-        log_warn("reaper: kept expired rows: slot=%s confirmed " LSN_FMT " < mark " LSN_FMT
+        log_warn("reaper: kept expired rows: slot=%s confirmed " LSN_FMT " < " LSN_FMT
                  " after %.0f s, so they may not be delivered yet (Kafka down, or the relay "
                  "stopped or behind); deleted only the rows of transactions below xid %llu, "
                  "which the slot's confirmed mark " LSN_FMT " covers; later runs go on as the "
-                 "slot does", cfg->slot, LSN_ARGS(res.confirmed), LSN_ARGS(res.fresh.insert_lsn),
+                 "slot does", cfg->slot, LSN_ARGS(res.confirmed), LSN_ARGS(res.wanted),
                  REAPER_CONFIRM_WAIT, (unsigned long long) res.used.xmin,
                  LSN_ARGS(res.used.insert_lsn));
     else if (res.held_back)
-        log_warn("reaper: kept expired rows: slot=%s confirmed " LSN_FMT " < mark " LSN_FMT
+        log_warn("reaper: kept expired rows: slot=%s confirmed " LSN_FMT " < " LSN_FMT
                  " after %.0f s, so they may not be delivered yet (Kafka down, or the relay "
                  "stopped or behind), and no confirmed mark covers any of them; a later run "
                  "deletes them once the slot confirms one", cfg->slot, LSN_ARGS(res.confirmed),
-                 LSN_ARGS(res.fresh.insert_lsn), REAPER_CONFIRM_WAIT);
+                 LSN_ARGS(res.wanted), REAPER_CONFIRM_WAIT);
     if (rc < 0 && !stopping(mt))
         log_warn("%s", err);
     return rc;

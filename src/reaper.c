@@ -362,8 +362,10 @@ static int choose_mark(struct reap *r)
         bool lost = PQstatus(r->conn) != CONNECTION_OK;
         if (!lost && marks_unusable(r->conn, res)) {
             r->res->marks_off = true;
-            snprintf(r->res->marks_err, sizeof r->res->marks_err, "%s",
-                     PQerrorMessage(r->conn));
+            set_err(r, 0, "cannot read the marks in " REAPER_MARKS_TABLE ": %s",
+                    PQerrorMessage(r->conn));
+            snprintf(r->res->marks_err, sizeof r->res->marks_err, "%s", r->err);
+            r->err[0] = '\0';
             rc = 0;
         } else {
             rc = set_err(r, lost || transient(res) ? REAPER_RETRY : REAPER_FATAL,
@@ -510,8 +512,10 @@ static int drop_partition(struct reap *r, const char *qpart, const char *parent_
     if (!r->res->lagging) {
         /* Every row committed before W0: wait for the slot to confirm it. */
         rc = wait_confirmed(r, w0);
-        if (rc == 0)
-            r->res->held_back = !stopping(r);
+        if (rc == 0 && !stopping(r)) {
+            r->res->held_back = true;
+            r->res->wanted = w0;
+        }
     } else {
         /* Every row committed; all of them below the mark's X means all
          * committed before the mark's L, which the slot has confirmed. */
@@ -763,6 +767,7 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
         res->have_mark = true;
     } else if (!stopping(&r)) {
         res->lagging = true;
+        res->wanted = res->fresh.insert_lsn;
         if ((rc = choose_mark(&r)) < 0)
             goto out;
         res->have_mark = rc == 1;

@@ -106,7 +106,8 @@ struct reaper_result {
     bool held_back;      /* lagging, and expired rows (or partitions) had to be kept */
     bool have_mark;      /* used: the mark rows were reaped by (none: nothing deleted) */
     struct reaper_mark fresh, used;
-    lsn_t confirmed;     /* the slot's position when the run chose its mark */
+    lsn_t confirmed;     /* the slot's last position read */
+    lsn_t wanted;        /* held_back: the position it did not get to (fresh mark, W0) */
     /* The fresh mark could not be stored (no marks table, no privilege,
      * read-only server): while the slot lags, nothing can be reaped. The
      * reason is in marks_err. */

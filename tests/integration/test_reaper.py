@@ -280,3 +280,47 @@ def test_reaper_refuses_an_unlogged_table(pg, relayer_binary, layout):
     assert outbox_ids(pg) == set(ids)
     if before is not None:
         assert partitions(pg) == before
+
+
+# --------------------------------------------------------------------------
+# partitions while the slot lags
+# --------------------------------------------------------------------------
+
+def test_partitions_dropped_while_the_broker_is_down_only_when_all_rows_are_confirmed(
+        pg, broker, kafka, relayer, relay_args, relayer_binary):
+    """On the layout of sql/004: an expired partition whose rows were all
+    delivered before the outage is dropped during it; one that got a row
+    during the outage is kept; so are the DEFAULT partition's undelivered
+    rows, while its delivered ones go."""
+    load_partitioned_layout(pg)
+    for name, lo, hi in (("events_outbox_2020_01", "2020-01-01", "2020-02-01"),
+                         ("events_outbox_2020_02", "2020-02-01", "2020-03-01")):
+        pg.query("CREATE TABLE %s PARTITION OF events_outbox FOR VALUES FROM ('%s 00:00+00') "
+                 "TO ('%s 00:00+00')" % (name, lo, hi))
+    before = partitions(pg)
+
+    def put(created_at, n):
+        rows = pg.query("INSERT INTO events_outbox (aggregate_id, type, payload, created_at) "
+                        "SELECT gen_random_uuid(), 'order.created', '{}', %s::timestamptz "
+                        "FROM generate_series(1, %s) RETURNING id, pg_current_xact_id()::text",
+                        (created_at, n))
+        return [r[0] for r in rows], int(rows[0][1])
+
+    p = relayer(*relay_args, "--retention", "0")
+    p.wait_for_log("streaming", timeout=30)
+    jan, _ = put("2020-01-15 12:00+00", 4)
+    feb, _ = put("2020-02-15 12:00+00", 3)
+    dflt, xd = put("2018-03-01 00:00+00", 2)
+    assert sorted(jan + feb + dflt) == event_ids(kafka.read(TOPIC, expected=9, timeout=30))
+    wait_confirmed_mark(pg, xd)
+
+    broker.cmd("down")
+    feb_late, _ = put("2020-02-20 12:00+00", 1)
+    dflt_late, _ = put("2018-04-01 00:00+00", 2)
+
+    r = cli(relayer_binary, "reap", "--dsn", pg.dsn())
+    assert r.returncode == 0, r.stderr
+    assert "dropped expired partition public.events_outbox_2020_01" in r.stderr, r.stderr
+    assert "kept expired rows" in r.stderr, r.stderr
+    assert partitions(pg) == before - {"events_outbox_2020_01"}
+    assert outbox_ids(pg) == set(feb + feb_late + dflt_late)
