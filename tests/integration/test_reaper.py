@@ -324,3 +324,28 @@ def test_partitions_dropped_while_the_broker_is_down_only_when_all_rows_are_conf
     assert "kept expired rows" in r.stderr, r.stderr
     assert partitions(pg) == before - {"events_outbox_2020_01"}
     assert outbox_ids(pg) == set(feb + feb_late + dflt_late)
+
+
+def test_without_the_marks_table_reaping_still_works_when_the_slot_is_current(
+        pg, broker, kafka, relayer, relay_args, relayer_binary):
+    """An older schema without public.outbox_relay_reaper_marks: the daemon
+    and `reap` say once what is missing, and `reap` still deletes delivered
+    rows by its fresh mark when the slot keeps up."""
+    pg.query("DROP TABLE public.outbox_relay_reaper_marks")
+    p = relayer(*relay_args, "--retention", "0")
+    p.wait_for_log("streaming", timeout=30)
+    p.wait_for_log("outbox_relay_reaper_marks", timeout=30)
+    old, _ = insert_tx(pg, 3, age=EXPIRED)
+    young, _ = insert_tx(pg, 2)
+    kafka.read(TOPIC, expected=5, timeout=30)
+    wait_until(lambda: pg.confirmed_flush_lsn(SLOT) >= pg.current_wal_lsn(), 30,
+               message="the slot to catch up")
+    r = cli(relayer_binary, "reap", "--dsn", pg.dsn())
+    assert r.returncode == 0, r.stderr
+    assert "deleted 3 rows" in r.stderr, r.stderr
+    assert "outbox_relay_reaper_marks" in r.stderr and "sql/003_relay_role.sql" in r.stderr, \
+        r.stderr
+    assert outbox_ids(pg) == set(young)
+    time.sleep(MARK_INTERVAL + 1)   # the daemon's next mark fails the same way, silently
+    assert sum("outbox_relay_reaper_marks" in line
+               for line in p.log_text().splitlines()) == 1, p.log_tail()
