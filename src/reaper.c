@@ -237,12 +237,11 @@ static int result_xid(struct reap *r, PGresult *res, int col, uint64_t *out)
     return 0;
 }
 
-/* SQLSTATEs that say the marks table cannot be used here: it does not
- * exist, no privilege, read-only server. */
-static bool marks_unusable(PGconn *conn, const PGresult *res)
+/* SQLSTATEs that say the marks table cannot be used here: it (or a
+ * column) does not exist, no privilege, read-only server. */
+static bool marks_unusable(const PGresult *res)
 {
     const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-    (void) conn;
     return st != NULL && (strcmp(st, "42P01") == 0 || strcmp(st, "42501") == 0 ||
                           strcmp(st, "25006") == 0 || strcmp(st, "42703") == 0);
 }
@@ -254,7 +253,7 @@ static bool marks_unusable(PGconn *conn, const PGresult *res)
 static int take_mark(struct reap *r, struct reaper_mark *m)
 {
     char lsn[32], x[24];
-    int rc = REAPER_OK, out = REAPER_FATAL;
+    int rc = REAPER_OK;
     PGresult *res = NULL;
 
     if ((rc = command(r, "BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ")) < 0)
@@ -284,14 +283,13 @@ static int take_mark(struct reap *r, struct reaper_mark *m)
                        STR(REAPER_MARKS_MAX) " ON CONFLICT DO NOTHING",
                        3, NULL, p, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        bool unusable = PQstatus(r->conn) == CONNECTION_OK && marks_unusable(r->conn, res);
-        rc = unusable ? REAPER_FATAL
-                      : (PQstatus(r->conn) != CONNECTION_OK || transient(res) ? REAPER_RETRY
-                                                                               : REAPER_FATAL);
+        bool lost = PQstatus(r->conn) != CONNECTION_OK;
+        /* 0: the mark is taken (and valid for this run), just not kept. */
+        rc = !lost && marks_unusable(res) ? 0
+             : lost || transient(res)     ? REAPER_RETRY
+                                          : REAPER_FATAL;
         set_err(r, rc, "cannot store a mark in " REAPER_MARKS_TABLE ": %s",
-                PQstatus(r->conn) != CONNECTION_OK ? "connection lost"
-                                                   : PQerrorMessage(r->conn));
-        out = unusable ? 0 : rc;
+                lost ? "connection lost" : PQerrorMessage(r->conn));
         goto fail;
     }
     PQclear(res);
@@ -302,7 +300,7 @@ static int take_mark(struct reap *r, struct reaper_mark *m)
 fail:
     PQclear(res);
     rollback(r);
-    return out == 0 ? 0 : rc;
+    return rc;
 }
 
 /* Removes the slot's confirmed marks but the one with the greatest X (any
@@ -360,7 +358,7 @@ static int choose_mark(struct reap *r)
     int rc = 0;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         bool lost = PQstatus(r->conn) != CONNECTION_OK;
-        if (!lost && marks_unusable(r->conn, res)) {
+        if (!lost && marks_unusable(res)) {
             r->res->marks_off = true;
             set_err(r, 0, "cannot read the marks in " REAPER_MARKS_TABLE ": %s",
                     PQerrorMessage(r->conn));
