@@ -98,10 +98,16 @@ def test_reap_keeps_up_while_the_slot_lags(pg, broker, kafka, relayer, relay_arg
     b2, xb2 = insert_tx(pg, 6, age=EXPIRED)
     young2, _ = insert_tx(pg, 2)
 
+    before_reap = pg.current_wal_lsn()
     r = cli(relayer_binary, "reap", "--dsn", pg.dsn())
     confirmed = pg.confirmed_flush_lsn(SLOT)
     assert r.returncode == 0, r.stderr
     assert "deleted 12 rows" in r.stderr, r.stderr
+    if outage == "relayer_stopped":
+        # No daemon takes marks now: `reap` stored its own, for later runs.
+        assert pg.scalar("SELECT count(*) FROM public.outbox_relay_reaper_marks "
+                         "WHERE insert_lsn >= %s::pg_lsn",
+                         (harness.int_to_lsn(before_reap),)) == 1
     assert "kept expired rows" in r.stderr, r.stderr
     assert outbox_ids(pg) == set(b1 + b2 + young + young2)
     # What went was confirmed by the slot; what stayed was not.
