@@ -14,6 +14,8 @@ The daemon takes a mark every MARK_INTERVAL seconds; the tests wait for a
 mark the slot has confirmed rather than for a fixed time.
 """
 
+import os
+import shutil
 import time
 
 import psycopg2
@@ -355,3 +357,63 @@ def test_without_the_marks_table_reaping_still_works_when_the_slot_is_current(
     time.sleep(MARK_INTERVAL + 1)   # the daemon's next mark fails the same way, silently
     assert sum("outbox_relay_reaper_marks" in line
                for line in p.log_text().splitlines()) == 1, p.log_tail()
+
+
+# --------------------------------------------------------------------------
+# 32-bit xmin across a wraparound of the transaction counter
+# --------------------------------------------------------------------------
+
+def move_next_xid(pg, xid, epoch):
+    """Stops pg, moves its next transaction id to (epoch, xid) with
+    pg_resetwal and starts it again. Everything is frozen first (tuples
+    newer than the new horizon would look as if from the future), and the
+    pg_xact segment the new ids need is created zero-filled, as
+    pg_resetwal's documentation says."""
+    for db in ("postgres", "template1"):
+        conn = psycopg2.connect(pg.dsn(dbname=db), connect_timeout=10)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("VACUUM FREEZE")
+        conn.close()
+    pg.stop()
+    harness._run(harness._as_postgres([harness.PG_BIN + "/pg_resetwal", "-x", str(xid),
+                                       "-e", str(epoch), "-D", pg.datadir]))
+    seg = os.path.join(pg.datadir, "pg_xact", "%04X" % (xid // (8192 * 4) // 32))
+    if not os.path.exists(seg):
+        with open(seg, "wb") as f:
+            f.write(b"\0" * 8192 * 32)
+        shutil.chown(seg, "postgres", "postgres")
+    pg.start()
+
+
+def test_reaper_across_xid_wraparound(pg, broker, kafka, relayer, relay_args, relayer_binary):
+    """xmin has 32 bits; marks have 64. Rows A inserted just before the
+    32-bit counter wraps and B just after are delivered and covered by a
+    confirmed mark; rows C, inserted after the mark and during a broker
+    outage, have a small 32-bit xmin too. The reaper deletes A and B and
+    keeps C: comparing xmin's 32 bits with the mark's 64 would delete C,
+    comparing 32 with 32 would keep A."""
+    move_next_xid(pg, 2 ** 32 - 300, 1)
+    p = relayer(*relay_args, "--retention", "0")
+    p.wait_for_log("streaming", timeout=30)
+    a, xa = insert_tx(pg, 3, age=EXPIRED)
+    assert xa >> 32 == 1, xa
+    conn = pg.connect()
+    with conn.cursor() as cur:
+        while True:   # one id per autocommit statement, until the low 32 bits wrap
+            cur.execute("SELECT pg_current_xact_id()::text")
+            if int(cur.fetchone()[0]) >> 32 == 2:
+                break
+    conn.close()
+    b, xb = insert_tx(pg, 2, age=EXPIRED)
+    assert xb >> 32 == 2, xb
+    assert sorted(a + b) == event_ids(kafka.read(TOPIC, expected=5, timeout=30))
+    wait_confirmed_mark(pg, xb)
+
+    broker.cmd("down")
+    c, xc = insert_tx(pg, 4, age=EXPIRED)
+    assert xc & 0xffffffff < xa & 0xffffffff
+    r = cli(relayer_binary, "reap", "--dsn", pg.dsn())
+    assert r.returncode == 0, r.stderr
+    assert "deleted 5 rows" in r.stderr and "kept expired rows" in r.stderr, r.stderr
+    assert outbox_ids(pg) == set(c)
