@@ -64,7 +64,8 @@
 enum reaper_rc {
     REAPER_OK = 0,
     REAPER_RETRY = -1, /* connection lost, slot not there yet: try next run */
-    REAPER_FATAL = -2  /* no such table or column, bad retention, slot of another database */
+    REAPER_FATAL = -2  /* no such table or column, bad retention, slot of another database,
+                          an UNLOGGED table */
 };
 
 struct reaper_options {
