@@ -1,7 +1,8 @@
 -- 003_relay_role.sql — a least-privilege role for outbox-relay.
 --
 -- REPLICATION lets it create and read its logical slot; SELECT and DELETE on
--- the outbox are all the reaper and the status command need. It is not a
+-- the outbox are all the reaper and the status command need (plus its own
+-- bookkeeping tables below). It is not a
 -- superuser and cannot write business tables. Set its password separately:
 --   ALTER ROLE outbox_relay PASSWORD '...';
 -- and allow it in pg_hba.conf for the database that holds the outbox: a
@@ -45,3 +46,18 @@ ALTER TABLE public.outbox_relay_slots
     ADD COLUMN IF NOT EXISTS backfill_done_id    TEXT,
     ADD COLUMN IF NOT EXISTS backfill_rows       BIGINT,
     ADD COLUMN IF NOT EXISTS backfill_updated_at TIMESTAMPTZ;
+
+-- The reaper's marks (docs/operations.md, "The rule: marks"): snapshots
+-- taken with the WAL insert position they were taken at. Once the slot has
+-- confirmed a mark's insert_lsn, every row inserted by a transaction id
+-- below its snapshot_xmin is delivered and may be reaped, however far the
+-- slot is behind the head. A handful of rows per slot; the reaper prunes
+-- it.
+CREATE TABLE IF NOT EXISTS public.outbox_relay_reaper_marks (
+    slot_name     TEXT        NOT NULL,
+    insert_lsn    PG_LSN      NOT NULL,
+    snapshot_xmin XID8        NOT NULL,
+    taken_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (slot_name, insert_lsn)
+);
+GRANT SELECT, INSERT, DELETE ON public.outbox_relay_reaper_marks TO outbox_relay;

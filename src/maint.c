@@ -59,8 +59,9 @@ struct maint {
     /* The thread's own. */
     PGconn *conn;
     char *qtable; /* "schema"."table", for the row estimate */
-    double next_poll, next_heartbeat, next_reap;
+    double next_poll, next_heartbeat, next_reap, next_mark;
     bool heartbeat_off;
+    bool marks_warned; /* said once that marks cannot be stored */
     bool in_tick;
     int64_t unlogged; /* outbox tables writing no WAL at the last check; < 0 unknown */
     double last_conn_warn;
@@ -340,11 +341,25 @@ static int reap(struct maint *mt)
                  res.seconds);
     else
         log_debug("reaper: nothing to delete (%.2f s)", res.seconds);
-    if (res.held_back)
-        log_warn("reaper: kept expired rows: slot=%s confirmed " LSN_FMT " < W0 " LSN_FMT
+    if (res.marks_off && !mt->marks_warned) {
+        log_warn("reaper: %s; while the slot lags nothing can be reaped (run "
+                 "sql/003_relay_role.sql to create the table and its grants)", res.marks_err);
+        mt->marks_warned = true;
+    }
+    if (res.held_back && res.have_mark)
+        log_warn("reaper: kept expired rows: slot=%s confirmed " LSN_FMT " < " LSN_FMT
                  " after %.0f s, so they may not be delivered yet (Kafka down, or the relay "
-                 "stopped or behind); a later run deletes them once they are", cfg->slot,
-                 LSN_ARGS(res.confirmed), LSN_ARGS(res.w0), REAPER_CONFIRM_WAIT);
+                 "stopped or behind); deleted only the rows of transactions below xid %llu, "
+                 "which the slot's confirmed mark " LSN_FMT " covers; later runs go on as the "
+                 "slot does", cfg->slot, LSN_ARGS(res.confirmed), LSN_ARGS(res.wanted),
+                 REAPER_CONFIRM_WAIT, (unsigned long long) res.used.xmin,
+                 LSN_ARGS(res.used.insert_lsn));
+    else if (res.held_back)
+        log_warn("reaper: kept expired rows: slot=%s confirmed " LSN_FMT " < " LSN_FMT
+                 " after %.0f s, so they may not be delivered yet (Kafka down, or the relay "
+                 "stopped or behind), and no confirmed mark covers any of them; a later run "
+                 "deletes them once the slot confirms one", cfg->slot, LSN_ARGS(res.confirmed),
+                 LSN_ARGS(res.wanted), REAPER_CONFIRM_WAIT);
     if (rc < 0 && !stopping(mt))
         log_warn("%s", err);
     return rc;
@@ -376,6 +391,27 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* Takes a reaper mark (reaper.h), whatever --retention: a `reap` from cron
+ * beside this process uses them too. A table that cannot be written is
+ * said once; trying goes on (it may be created later). */
+static void take_mark(struct maint *mt)
+{
+    char err[REAPER_ERRLEN];
+    reap_progress(mt, PQsocket(mt->conn)); /* its statements block: the watchdog bounds them */
+    int rc = reaper_take_mark(mt->conn, mt->cfg->slot, NULL, err, sizeof err);
+    reap_progress(mt, -1);
+    if (rc == REAPER_FATAL && !mt->marks_warned && !stopping(mt)) {
+        log_warn("reaper: %s; while the slot lags nothing can be reaped (run "
+                 "sql/003_relay_role.sql to create the table and its grants)", err);
+        mt->marks_warned = true;
+    } else if (rc < 0) {
+        log_debug("maintenance: %s", err);
+    } else if (mt->marks_warned) {
+        log_info("reaper: marks are stored again in " REAPER_MARKS_TABLE);
+        mt->marks_warned = false;
+    }
+}
+
 static void *maint_main(void *arg)
 {
     struct maint *mt = arg;
@@ -389,6 +425,7 @@ static void *maint_main(void *arg)
     mt->next_poll = now;
     mt->next_heartbeat = now + cfg->heartbeat_interval;
     mt->next_reap = now + cfg->reap_interval;
+    mt->next_mark = now;
     while (!stopping(mt)) {
         if (mt->conn == NULL) {
             if (connect_db(mt, err, sizeof err) < 0) {
@@ -414,6 +451,10 @@ static void *maint_main(void *arg)
         }
 
         run_due(mt);
+        if (mono_now() >= mt->next_mark && PQstatus(mt->conn) == CONNECTION_OK) {
+            take_mark(mt);
+            mt->next_mark = mono_now() + MAINT_MARK_INTERVAL;
+        }
         if (reaping && mono_now() >= mt->next_reap && PQstatus(mt->conn) == CONNECTION_OK) {
             /* Checked again here, not taken from the last poll: rows of an
              * unlogged table look delivered (the slot moves past them). */
@@ -436,6 +477,8 @@ static void *maint_main(void *arg)
             next = mt->next_heartbeat;
         if (reaping && mt->next_reap < next)
             next = mt->next_reap;
+        if (mt->next_mark < next)
+            next = mt->next_mark;
         sleep_until(mt, next);
     }
     if (mt->conn != NULL)

@@ -10,7 +10,10 @@
  *   - checks that no table of the outbox is UNLOGGED or temporary (at each
  *     poll, and again right before each reaper run, which it skips while
  *     one is: their rows were never relayed but look delivered);
- *   - runs the reaper every --reap-interval (see reaper.h);
+ *   - runs the reaper every --reap-interval (see reaper.h), and takes a
+ *     reaper mark every MAINT_MARK_INTERVAL whatever --retention says, so
+ *     that reaping (here or by `outbox-relay reap`) keeps up while the slot
+ *     lags;
  *   - with --heartbeat-interval > 0, emits a non-transactional logical
  *     message (prefix "outbox-relay-heartbeat") so that a slot whose
  *     database is idle still has WAL of its own database to confirm. The
@@ -29,6 +32,7 @@
 #include "outbox_relay/config.h"
 
 #define MAINT_POLL_INTERVAL 2.0 /* s between slot polls */
+#define MAINT_MARK_INTERVAL 10.0 /* s between reaper marks (reaper_take_mark) */
 #define MAINT_HEARTBEAT_PREFIX "outbox-relay-heartbeat"
 
 /* The outbox's row estimate (pg_class.reltuples summed over the leaves of
