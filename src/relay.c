@@ -768,11 +768,15 @@ static void handle_change(struct relay *r, const struct wire_msg *msg)
         return; /* updates, deletes, truncates: not events */
     }
 
-    uint64_t token = tracker_in_tx(r->tracker) ? tracker_add(r->tracker)
-                                               : tracker_add_single(r->tracker, msg->wal_start);
+    /* Only transactional changes get here (non-transactional messages
+     * returned above), and logical decoding sends each inside its 'B'/'C'.
+     * One outside a transaction means a broken stream: stop, never guess a
+     * position for it. */
+    uint64_t token = tracker_add(r->tracker);
     if (token == 0) {
-        set_fatal(r, "slot=%s lsn=" LSN_FMT ": change outside a transaction", r->cfg->slot,
-                  LSN_ARGS(msg->wal_start));
+        set_fatal(r, "slot=%s lsn=" LSN_FMT ": protocol violation: an outbox change outside "
+                  "a transaction (no 'B' before it); nothing from here on is confirmed",
+                  r->cfg->slot, LSN_ARGS(msg->wal_start));
         return;
     }
     struct outbox_event ev;
