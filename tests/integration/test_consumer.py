@@ -696,15 +696,19 @@ def test_revoke_is_bounded(shop, broker, kafka, consume, how):
 
 
 def revoke_then_assign(pg, broker, a, b):
-    """a must give its 40-message batch up within the bound, b get
-    partitions, nothing be applied or committed meanwhile; returns the
-    seconds until b's assignment."""
+    """a must give its batch up within the bound, b get partitions,
+    nothing be applied or committed meanwhile; returns the seconds until
+    b's assignment. The batch holds what a fetched before b's join revoked
+    its partitions: usually all 40 events, fewer on a loaded machine (the
+    revoke can come within a second of a's assignment)."""
     t0 = time.monotonic()
-    a.wait_for_log(r"finishing the batch in progress \(40 messages\)", timeout=30)
+    m = a.wait_for_log(r"finishing the batch in progress \((\d+) messages\)", timeout=30)
+    n = int(m.group(1))
+    assert 1 <= n <= 40, a.log_tail()
     b.wait_for_log(r"assigned [1-9] partition", timeout=40)
     took = time.monotonic() - t0
     assert a.running() and b.running()
-    assert "gave up on the batch in progress (40 messages)" in a.log_text(), a.log_tail()
+    assert "gave up on the batch in progress (%d messages)" % n in a.log_text(), a.log_tail()
     assert pg.scalar("SELECT count(*) FROM processed_events") == 0
     assert all(o < 0 for o in committed_offsets(broker.bootstrap, "loyalty", "order",
                                                  [0, 1, 2, 3]).values())

@@ -245,10 +245,13 @@ def test_maintenance_stall_under_a_reaper_statement(pg, broker, relayer, tmp_pat
                           "--reap-interval", "1")
         broker.cmd("down")
         insert(pg, 20, age="8 days")  # relayed, so never confirmed while Kafka is down
-        # The reaper is in its confirm wait: its transaction is open.
+        # The reaper is in its confirm wait: it reads the slot's position
+        # every 100 ms (since the reaper keeps up by marks it holds no
+        # transaction open meanwhile, so the last statement tells).
         wait_until(lambda: pg.query(
             "SELECT 1 FROM pg_stat_activity WHERE application_name = "
-            "'outbox-relay maintenance' AND xact_start IS NOT NULL"), 30,
+            "'outbox-relay maintenance' AND query LIKE "
+            "'SELECT confirmed_flush_lsn::text FROM pg_replication_slots%'"), 30,
             message="the reaper to wait for the slot")
         proxy.stall("both", str(maintenance_conn(pg, proxy)))
         t_stall = time.time()
