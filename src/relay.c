@@ -76,6 +76,7 @@ struct relay {
                                      is "LSN" bf_base + n */
     uint64_t bf_base;
     bool bf_at_creation; /* the slot was created with a finished backfill */
+    bool bf_retry;       /* a backfilled row failed retriably: this run stops, resumed later */
     struct w2j_record *rec;
     struct w2j_scratch scratch;
     struct relay_stats stats;
@@ -323,6 +324,19 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     r->stats.delivery_errors++;
     if (r->metrics)
         metrics_delivery_error(r->metrics);
+    if (is_backfill(token) && !tracker_token_live(r->bf_tracker, token & ~BACKFILL_TOKEN))
+        return; /* a row of an interrupted backfill run: the run now going sends it again */
+    if (is_backfill(token) && kafka_err_waits(rep->cls)) {
+        /* Retriable: the backfill run stops (backfill_emit/backfill_serve)
+         * and is resumed after a backoff from its last acknowledged batch;
+         * the slot is not streamed meanwhile. */
+        if (!r->bf_retry)
+            log_warn("slot=%s: backfill: delivery failed for event_id=%s topic=%s: %s (%s); "
+                     "the backfill is resumed from its last acknowledged rows", r->cfg->slot,
+                     rep->event_id, rep->topic, rep->errstr, kafka_err_class_name(rep->cls));
+        r->bf_retry = true;
+        return;
+    }
     if (!is_backfill(token) && !tracker_token_live(r->tracker, token)) {
         /* From before a rewind or reconnect: the server sends the event
          * again (it was never confirmed), and that copy is tracked. */
@@ -367,9 +381,9 @@ static void produce_event(struct relay *r, const struct outbox_event *ev, uint64
 static int backfill_emit(void *ctx, const struct outbox_event *ev, uint64_t n)
 {
     struct relay *r = ctx;
-    while (!window_open(r) && !*r->stop && !r->fatal)
+    while (!window_open(r) && !*r->stop && !r->fatal && !r->bf_retry)
         serve(r, 100);
-    if (*r->stop || r->fatal)
+    if (*r->stop || r->fatal || r->bf_retry)
         return -1;
     uint64_t token = tracker_add_single(r->bf_tracker, r->bf_base + n);
     if (token == 0) {
@@ -393,7 +407,7 @@ static int backfill_serve(void *ctx, int timeout_ms)
     serve(r, timeout_ms); /* dead letters of backfilled rows ack them too */
     if (sink_fatal(r->sink))
         set_fatal(r, "%s", sink_errstr(r->sink));
-    return *r->stop || r->fatal ? -1 : 0;
+    return *r->stop || r->fatal || r->bf_retry ? -1 : 0;
 }
 
 /* One backfill run (the first, with the exported snapshot, or a resume
@@ -404,6 +418,7 @@ static int run_backfill(struct relay *r, const char *snapshot, lsn_t consistent)
      * report from an interrupted run cannot count for this one. */
     r->bf_base = tracker_confirmed(r->bf_tracker) + ((uint64_t) 1 << 32);
     tracker_reset(r->bf_tracker, r->bf_base);
+    r->bf_retry = false;
     struct backfill_sink sink = {.emit = backfill_emit, .acked = backfill_acked,
                                  .serve = backfill_serve, .ctx = r};
     uint64_t rows = 0;
@@ -658,7 +673,15 @@ static void produce_event(struct relay *r, const struct outbox_event *ev, uint64
     }
     if (rc == SINK_FULL)
         return; /* stopping; unconfirmed, so it is sent again next run */
-    if (rc == SINK_RETRY && !is_backfill(token)) {
+    if (rc == SINK_RETRY && is_backfill(token)) {
+        if (!r->bf_retry)
+            log_warn("slot=%s: backfill: cannot produce row id=%s now: %s (%s); the backfill "
+                     "is resumed from its last acknowledged rows", r->cfg->slot, ev->event_id,
+                     sink_errstr(r->sink), kafka_err_class_name(sink_err_class(r->sink)));
+        r->bf_retry = true;
+        return;
+    }
+    if (rc == SINK_RETRY) {
         request_rewind(r, sink_err_class(r->sink), "slot=%s lsn=" LSN_FMT ": cannot produce "
                        "now: %s (%s)", r->cfg->slot, LSN_ARGS(ev->lsn), sink_errstr(r->sink),
                        kafka_err_class_name(sink_err_class(r->sink)));
