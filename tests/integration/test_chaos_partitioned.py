@@ -26,7 +26,12 @@ supervisor. The test
      guard makes the DETACH wait (or refuses it; then it is retried) until
      they are confirmed; then writes a few rows straight into the detached
      table, which are no outbox rows any more;
-  5. SIGKILLs it once more while it streams;
+  5. SIGKILLs it once more while it streams (the broker still slow):
+     [outside-confirmed] once the slot confirmed past the rows written into
+     the detached table; [outside-unconfirmed] before that, so the next
+     relayer decodes them again. The second is an xfail: the relayer
+     stops on them ("cannot tell whether table ... was a partition"), see
+     WRONG_STOP below;
   6. commits a marker, waits (bounded) until the slot confirmed it, stops
      the relayer with SIGTERM and reads both topics to their high
      watermarks.
@@ -38,7 +43,7 @@ detached table after the DETACH, nothing that is no row; per (topic,
 aggregate) the first occurrences carry exactly the sequence numbers of the
 expected rows, in order (so the backfilled rows before the streamed ones);
 the relayer never exited except by the test's SIGKILLs and the SIGTERM.
-Run time on a busy 2-core machine: about 60-90 s.
+Run time on a busy 2-core machine: about 35-40 s per case.
 """
 
 import json
@@ -55,7 +60,7 @@ import pytest
 import harness
 from harness import wait_until
 from test_backfill import marker
-from test_chaos import SLOT, TOPICS, Supervisor, read_to_end, wait_streaming
+from test_chaos import SLOT, TOPICS, Supervisor, read_to_end
 from test_partitions import load_partitioned_layout
 
 AGGREGATES = 16
@@ -155,7 +160,55 @@ def commit_lsn(pg, sql, params=()):
         conn.close()
 
 
-def test_chaos_partitioned(pg, broker, relayer):
+class WrongStop(AssertionError):
+    """The relayer stopped on rows of the detached table written after the
+    guarded DETACH (see the xfail reason)."""
+
+
+WRONG_STOP = (
+    "relayer bug (partition.c step 3): rows written into a partition after a guarded DETACH "
+    "(the guard waited until the slot confirmed everything before it) make a relayer that "
+    "restarts before the slot confirmed past those rows stop for good with 'cannot tell "
+    "whether table ... was a partition ... changed by transaction <the DETACH>': the DETACH's "
+    "commit lies before the new stream's start, so it is not in this process's seen-commits, "
+    "and the slot's catalog_xmin (restart point) is still below its xid. Nothing is lost "
+    "(the slot stays before the rows) but the relayer halts where the guard is documented to "
+    "prevent it")
+
+
+def fail_on_exits(sup):
+    """Raises if the relayer exited by itself (WrongStop for that stop)."""
+    if sup.unexpected:
+        pid, rc, tail = sup.unexpected[0]
+        cls = WrongStop if re.search(r"cannot tell whether table public\.%s was a partition"
+                                     % DETACHED, tail) else AssertionError
+        raise cls("the relayer pid %d exited by itself (rc %s):\n%s" % (pid, rc, tail))
+
+
+def streaming(pg, sup, timeout):
+    """Until the slot is active; fails at once if the relayer exits."""
+    def active():
+        sup.check()
+        fail_on_exits(sup)
+        try:
+            return bool((pg.slot_info(SLOT) or {}).get("active"))
+        except psycopg2.Error:
+            return False
+    wait_until(active, timeout, interval=0.2,
+               message="the relayer to stream:\n%s" % sup.current.log_tail())
+    time.sleep(1)     # it may still stop on the first rows it decodes
+    sup.check()
+    fail_on_exits(sup)
+
+
+@pytest.mark.parametrize("kill3", [
+    "outside-confirmed",
+    pytest.param("outside-unconfirmed",
+                 # not strict: should the slot's catalog_xmin pass the DETACH's xid
+                 # before the restart, the lookup is decided and the case passes
+                 marks=pytest.mark.xfail(raises=WrongStop, strict=False, reason=WRONG_STOP)),
+])
+def test_chaos_partitioned(pg, broker, relayer, kill3):
     seed = _env_int("CHAOS_SEED", int(time.time() * 1000) % 1000000)
     rng = random.Random(seed)
     print("\nchaos-partitioned: seed %d" % seed)
@@ -244,10 +297,10 @@ def test_chaos_partitioned(pg, broker, relayer):
 
         # 2. SIGKILL while streaming.
         time.sleep(rng.uniform(2, 4))
-        assert wait_streaming(pg, sup, 30), sup.current.log_tail()
+        streaming(pg, sup, 30)
         sup.kill(rng)
         print("  %s  SIGKILL #2 while streaming, restarted as pid %d" % (at(), sup.current.pid))
-        assert wait_streaming(pg, sup, 60), sup.current.log_tail()
+        streaming(pg, sup, 60)
 
         # 3. A partition created while producers run; they write into it.
         pg.query("CREATE TABLE public.%s PARTITION OF events_outbox "
@@ -277,26 +330,44 @@ def test_chaos_partitioned(pg, broker, relayer):
                 assert time.monotonic() - t < 120, "the DETACH was refused for 120 s: %s" % e
                 sup.check()
         took = time.monotonic() - t
+        detach_xid = pg.scalar("SELECT xmin::text FROM pg_class WHERE oid = 'public.%s'::regclass"
+                               % DETACHED)
+        detach_end = harness.lsn_to_int(pg.scalar(
+            "SELECT max(end_lsn) FROM pg_get_wal_records_info(%s::pg_lsn, "
+            "pg_current_wal_flush_lsn()) WHERE resource_manager = 'Transaction' "
+            "AND record_type = 'COMMIT' AND xid = %s::xid", (harness.int_to_lsn(lsn), detach_xid)))
         after = pg.confirmed_flush_lsn(SLOT)
         targets.remove(IN_2030)
-        broker.cmd("rtt -1 0")
         assert after >= lsn, "DETACH went through before the slot confirmed the probe"
         detach = {"took": took, "tries": tries}
-        print("  %s  DETACH %s: slot at %s < probe %s before; took %.1f s, %d attempt(s)"
-              % (at(), DETACHED, harness.int_to_lsn(confirmed), harness.int_to_lsn(lsn),
-                 took, tries))
-        # No outbox rows any more: must not be relayed.
-        outside = [r[0] for r in pg.query(
-            "INSERT INTO public.%s (aggregate_id, type, payload, created_at) "
+        print("  %s  DETACH %s (xid %s, its commit ends at %s): slot at %s < probe %s before; "
+              "took %.1f s, %d attempt(s)"
+              % (at(), DETACHED, detach_xid, harness.int_to_lsn(detach_end),
+                 harness.int_to_lsn(confirmed), harness.int_to_lsn(lsn), took, tries))
+        # Rows written into the detached table: no outbox rows any more,
+        # they must not be relayed.
+        rows, outside_lsn = commit_lsn(
+            pg, "INSERT INTO public.%s (aggregate_id, type, payload, created_at) "
             "SELECT %%s, 'chaosa.changed', '{\"outside\": true}', %%s "
-            "FROM generate_series(1, 5) RETURNING id" % DETACHED, (aggs[0], IN_2030))]
-        time.sleep(3)
+            "FROM generate_series(1, 5) RETURNING id" % DETACHED, (aggs[0], IN_2030))
+        outside = [r[0] for r in rows]
 
-        # 5. SIGKILL while streaming, once more.
-        assert wait_streaming(pg, sup, 30), sup.current.log_tail()
+        # 5. SIGKILL while streaming, once more (the broker still slow):
+        # after the slot confirmed past the outside rows, or before.
+        if kill3 == "outside-confirmed":
+            wait_until(lambda: sup.check() or pg.confirmed_flush_lsn(SLOT) >= outside_lsn, 60,
+                       interval=0.1, message="the slot to confirm past the outside rows")
+        else:
+            time.sleep(0.5)
+            assert pg.confirmed_flush_lsn(SLOT) < outside_lsn
+        assert sup.current.running(), sup.current.log_tail()
+        confirmed = pg.confirmed_flush_lsn(SLOT)
         sup.kill(rng)
-        print("  %s  SIGKILL #3 while streaming, restarted as pid %d" % (at(), sup.current.pid))
-        assert wait_streaming(pg, sup, 60), sup.current.log_tail()
+        broker.cmd("rtt -1 0")
+        print("  %s  SIGKILL #3 while streaming (slot at %s, the outside rows at %s), restarted "
+              "as pid %d" % (at(), harness.int_to_lsn(confirmed), harness.int_to_lsn(outside_lsn),
+                             sup.current.pid))
+        streaming(pg, sup, 60)
         time.sleep(3)
     finally:
         stop.set()
@@ -323,6 +394,7 @@ def test_chaos_partitioned(pg, broker, relayer):
 
     def caught_up():
         sup.check()
+        fail_on_exits(sup)
         c = pg.confirmed_flush_lsn(SLOT)
         return c is not None and c >= marker_end
     wait_until(caught_up, 120, interval=0.2,
