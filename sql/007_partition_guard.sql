@@ -54,6 +54,26 @@ CREATE TABLE IF NOT EXISTS public.outbox_relay_partition_guard (
 );
 GRANT SELECT ON public.outbox_relay_partition_guard TO PUBLIC;
 
+-- What the guard let through: the command's transaction, each table it
+-- named, and W0. No insert into those tables can commit between W0 and the
+-- command's commit (step 2's locks), so a row of such a table decoded past
+-- W0 was written after the command: the relayer takes the catalog as it is
+-- now for it instead of stopping (src/partition.c). A handful of rows per
+-- DDL; older than two billion transactions they are ignored. It lives in a
+-- schema of its own: a row it writes in the outbox's schema would make the
+-- DDL's transaction look like one with rows to the relayer, which then
+-- keeps its cached "is a partition" answers (src/partition.c).
+CREATE SCHEMA IF NOT EXISTS outbox_relay_guard;
+GRANT USAGE ON SCHEMA outbox_relay_guard TO PUBLIC;
+CREATE TABLE IF NOT EXISTS outbox_relay_guard.log (
+    xid     XID8        NOT NULL,
+    relid   OID         NOT NULL,
+    w0      PG_LSN      NOT NULL,
+    at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (xid, relid)
+);
+GRANT SELECT, INSERT ON outbox_relay_guard.log TO PUBLIC;
+
 CREATE OR REPLACE FUNCTION public.outbox_relay_partition_guard_check()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -117,7 +137,14 @@ BEGIN
         LOOP
             SELECT s.confirmed_flush_lsn INTO confirmed
               FROM pg_replication_slots s WHERE s.slot_name = g.slot_name;
-            EXIT WHEN confirmed IS NOT NULL AND confirmed >= w0;
+            IF confirmed IS NOT NULL AND confirmed >= w0 THEN
+                FOREACH t IN ARRAY targets LOOP
+                    INSERT INTO outbox_relay_guard.log (xid, relid, w0)
+                    VALUES (pg_current_xact_id(), t::regclass::oid, w0)
+                    ON CONFLICT DO NOTHING;
+                END LOOP;
+                EXIT;
+            END IF;
             IF clock_timestamp() >= deadline THEN
                 RAISE EXCEPTION 'outbox-relay partition guard: % would change which tables of the partitioned outbox % hold rows the relayer has not confirmed yet (slot % confirmed %, the rows go up to %)',
                         tg_tag, ob, g.slot_name, coalesce(confirmed::text, 'nothing: no such slot'), w0

@@ -156,6 +156,7 @@ struct partition_map {
     uint64_t tx;        /* transactions begun */
     uint64_t gen;       /* transactions that showed no row of the schema */
     uint32_t tx_xid;    /* of the open transaction, 0 unknown */
+    int guard_log;      /* sql/007's guard log exists: 1, 0, -1 not asked on this connection */
     bool tx_rows;       /* the open transaction showed a row of the schema */
 };
 
@@ -165,6 +166,7 @@ struct partition_map *partition_map_new(const char *dsn, const char *slot, const
     struct partition_map *pm = calloc(1, sizeof *pm);
     if (pm == NULL)
         return NULL;
+    pm->guard_log = -1;
     pm->dsn = strdup(dsn ? dsn : "");
     pm->slot = strdup(slot ? slot : "");
     pm->schema = strdup(schema ? schema : "");
@@ -214,16 +216,31 @@ void partition_tx_commit(struct partition_map *pm, int64_t xid, lsn_t commit_end
  * named $2 up to its root, nearest first. Catalog reads only (no
  * pg_partition_tree, which locks the partitions: a lookup must not queue
  * behind the reaper's lock on a partition it is about to drop). */
-static const char LOOKUP_SQL[] =
-    "WITH RECURSIVE chain(relid, child, depth) AS ("
-    "  SELECT c.oid, 0::oid, 0 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-    "   WHERE n.nspname = $1 AND c.relname = $2"
-    "  UNION ALL"
-    "  SELECT i.inhparent, ch.relid, ch.depth + 1 FROM pg_inherits i"
-    "    JOIN chain ch ON i.inhrelid = ch.relid WHERE ch.depth < 15),"
-    " slot AS (SELECT catalog_xmin FROM pg_replication_slots WHERE slot_name = $4)"
-    " SELECT ch.depth, c.xmin::text,"
-    "  coalesce(age(c.xmin) > age((SELECT catalog_xmin FROM slot)), false),"
+/* $1 schema, $2 the row's table, $3 the outbox, $4 the slot, $5 the row's
+ * LSN. Column 2 says whether the chain row's xmin is known to have
+ * committed before the row: older than the slot's catalog_xmin or, with
+ * sql/007's guard log, a command the guard let through at a W0 before the
+ * row (GUARD_OK; no insert into the table can commit between W0 and that
+ * command's commit, so a row decoded past W0 came after it). */
+#define LOOKUP_SQL_HEAD                                                                   \
+    "WITH RECURSIVE chain(relid, child, depth) AS ("                                      \
+    "  SELECT c.oid, 0::oid, 0 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace" \
+    "   WHERE n.nspname = $1 AND c.relname = $2"                                          \
+    "  UNION ALL"                                                                         \
+    "  SELECT i.inhparent, ch.relid, ch.depth + 1 FROM pg_inherits i"                     \
+    "    JOIN chain ch ON i.inhrelid = ch.relid WHERE ch.depth < 15),"                    \
+    " slot AS (SELECT catalog_xmin FROM pg_replication_slots WHERE slot_name = $4)"       \
+    " SELECT ch.depth, c.xmin::text,"                                                     \
+    "  coalesce(age(c.xmin) > age((SELECT catalog_xmin FROM slot)), false)"
+#define GUARD_OK                                                                          \
+    " OR EXISTS (SELECT 1 FROM outbox_relay_guard.log g"                 \
+    "   WHERE g.relid = (SELECT relid FROM chain WHERE depth = 0)"                        \
+    "     AND g.xid::text::bigint % 4294967296 = c.xmin::text::bigint"                   \
+    "     AND g.xid::text::bigint >"                                                      \
+    "         pg_snapshot_xmax(pg_current_snapshot())::text::bigint - 2147483648"         \
+    "     AND g.w0 < $5::pg_lsn)"
+static const char LOOKUP_SQL_TAIL[] =
+    ","
     "  (n.nspname = $1 AND c.relname = $3),"
     "  EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid"
     "    JOIN pg_type t ON t.oid = k.reltype"
@@ -232,8 +249,8 @@ static const char LOOKUP_SQL[] =
     " FROM chain ch JOIN pg_class c ON c.oid = ch.relid"
     " JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY ch.depth";
 
-static int lookup(struct partition_map *pm, const char *name, struct partition_facts *f,
-                  char *err, size_t errlen)
+static int lookup(struct partition_map *pm, const char *name, lsn_t at,
+                  struct partition_facts *f, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     if (pm->conn != NULL && PQstatus(pm->conn) != CONNECTION_OK) {
@@ -243,15 +260,34 @@ static int lookup(struct partition_map *pm, const char *name, struct partition_f
     if (pm->conn == NULL) {
         char msg[512];
         pm->conn = pgconn_open(pm->dsn, "outbox-relay partitions", msg, sizeof msg);
+        pm->guard_log = -1;
         if (pm->conn == NULL) {
             snprintf(err, errlen, "cannot connect to PostgreSQL to look the table up: %.400s", msg);
             return -1;
         }
     }
-    const char *params[] = {pm->schema, name, pm->table, pm->slot};
+    if (pm->guard_log < 0) { /* once per connection: is sql/007's guard log there? */
+        char m[512] = "";
+        PGresult *g = pgconn_exec(pm->conn, "SELECT to_regclass("
+                                  "'outbox_relay_guard.log') IS NOT NULL",
+                                  0, NULL, LOOKUP_TIMEOUT, m, sizeof m);
+        if (PQresultStatus(g) == PGRES_TUPLES_OK && PQntuples(g) == 1)
+            pm->guard_log = strcmp(PQgetvalue(g, 0, 0), "t") == 0;
+        PQclear(g);
+        if (pm->guard_log < 0) {
+            snprintf(err, errlen, "cannot look the guard log up: %.400s",
+                     *m ? m : PQerrorMessage(pm->conn));
+            return -1;
+        }
+    }
+    char lsn[32], sql[2048];
+    snprintf(lsn, sizeof lsn, LSN_FMT, LSN_ARGS(at));
+    snprintf(sql, sizeof sql, "%s%s%s", LOOKUP_SQL_HEAD, pm->guard_log ? GUARD_OK : "",
+             LOOKUP_SQL_TAIL);
+    const char *params[] = {pm->schema, name, pm->table, pm->slot, lsn};
     char msg[512] = "";
     /* Bounded: a stalled path must not hang the relay loop (pgconn.h). */
-    PGresult *res = pgconn_exec(pm->conn, LOOKUP_SQL, 4, params, LOOKUP_TIMEOUT, msg, sizeof msg);
+    PGresult *res = pgconn_exec(pm->conn, sql, 5, params, LOOKUP_TIMEOUT, msg, sizeof msg);
     int rc = -1;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (res != NULL)
@@ -315,7 +351,7 @@ int partition_member(struct partition_map *pm, const struct w2j_record *rec, lsn
 
     struct partition_facts f;
     char why[512];
-    if (lookup(pm, name, &f, why, sizeof why) < 0) {
+    if (lookup(pm, name, at, &f, why, sizeof why) < 0) {
         snprintf(err, errlen, "cannot tell whether table %s.%s belongs to the outbox: %s",
                  pm->schema, name, why);
         return PARTITION_UNKNOWN;

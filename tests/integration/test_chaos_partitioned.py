@@ -29,9 +29,9 @@ supervisor. The test
   5. SIGKILLs it once more while it streams (the broker still slow):
      [outside-confirmed] once the slot confirmed past the rows written into
      the detached table; [outside-unconfirmed] before that, so the next
-     relayer decodes them again. The second is an xfail: the relayer
-     stops on them ("cannot tell whether table ... was a partition"), see
-     WRONG_STOP below;
+     relayer decodes them again. The second used to stop the relayer for
+     good ("cannot tell whether table ... was a partition", WRONG_STOP
+     below); the guard's log now lets the lookup decide them;
   6. commits a marker, waits (bounded) until the slot confirmed it, stops
      the relayer with SIGTERM and reads both topics to their high
      watermarks.
@@ -203,10 +203,9 @@ def streaming(pg, sup, timeout):
 
 @pytest.mark.parametrize("kill3", [
     "outside-confirmed",
-    pytest.param("outside-unconfirmed",
-                 # not strict: should the slot's catalog_xmin pass the DETACH's xid
-                 # before the restart, the lookup is decided and the case passes
-                 marks=pytest.mark.xfail(raises=WrongStop, strict=False, reason=WRONG_STOP)),
+    # Was a wrong stop (WRONG_STOP below) until sql/007's guard logged the
+    # DETACH's transaction and W0 for the relayer's lookup (src/partition.c).
+    "outside-unconfirmed",
 ])
 def test_chaos_partitioned(pg, broker, relayer, kill3):
     seed = _env_int("CHAOS_SEED", int(time.time() * 1000) % 1000000)
