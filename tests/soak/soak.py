@@ -656,6 +656,10 @@ def main():
                         % (rss_mark[0], rss_mark[1], rss_end[0], rss_end[1]))
     print("soak: logs in %s" % logdir)
 
+    for proc in sup.procs:
+        report = harness.sanitizer_findings(proc.log_path)
+        if report:
+            failures.append("sanitizer finding in %s:\n%s" % (proc.log_path, report))
     if sup.unexpected:
         failures.append("the relayer exited by itself:\n" + "\n\n".join("pid %d rc %s:\n%s" % u for u in sup.unexpected))
     if missing:
