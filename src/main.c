@@ -9,8 +9,10 @@
  *   status  a health report whose exit code a probe can use.
  * The only place that exits.
  */
+#include <malloc.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "outbox_relay/config.h"
 #include "outbox_relay/log.h"
@@ -82,6 +84,15 @@ int main(int argc, char **argv)
     char err[CONFIG_ERRLEN];
     bool cfg_borrowed = false;
     int code;
+
+    /* Two malloc arenas, not glibc's 8 per core: librdkafka's threads
+     * allocate and free the in-flight window's messages, and with an arena
+     * each the freed memory stays spread over them, so a long-running
+     * relayer's RSS creeps up after each fault that fills the window
+     * (the soak's numbers: docs/failure-modes.md, "Soak"). The
+     * environment's MALLOC_ARENA_MAX still wins. */
+    if (getenv("MALLOC_ARENA_MAX") == NULL)
+        mallopt(M_ARENA_MAX, 2);
 
     enum config_result cr = config_load(&cfg, argc, argv, environ, err, sizeof err);
     if (cr != CONFIG_OK) {
