@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "latency.h"
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 
 int main(void)
 {

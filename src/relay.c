@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "outbox_relay/backfill.h"
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 #include "outbox_relay/liveness.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"

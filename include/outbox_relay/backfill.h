@@ -53,7 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 #include "outbox_relay/lsn.h"
 
 /* The first key of the advisory lock; the second is hashtext(slot). */

@@ -54,7 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 #include "outbox_relay/lsn.h"
 
 #define PARTITION_MAX_DEPTH 16

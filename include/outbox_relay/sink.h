@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "outbox_relay/config.h"
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 #include "outbox_relay/kafka_errors.h"
 
 #define SINK_ERRLEN 512

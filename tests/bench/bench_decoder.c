@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 
 #ifndef FIXTURES_DIR
 #define FIXTURES_DIR "tests/fixtures"

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 #include "outbox_relay/lsn.h"
 
 static struct w2j_record rec;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 #include "outbox_relay/lsn.h"
 
 #ifndef FIXTURES_DIR

@@ -1,5 +1,5 @@
 /*
- * decoder.c — wal2json (format-version 2) lines to records, records to
+ * w2j.c — wal2json (format-version 2) lines to records, records to
  * outbox events.
  *
  * Every change the relayer streams passes through w2j_parse(), so it is a
@@ -21,7 +21,7 @@
  * need unescaping go to a caller-owned scratch buffer, sized once per event
  * before anything is written so that no pointer handed out can dangle.
  */
-#include "outbox_relay/decoder.h"
+#include "outbox_relay/w2j.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

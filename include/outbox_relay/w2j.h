@@ -1,5 +1,5 @@
 /*
- * decoder.h — wal2json (format-version 2) line decoder. Pure: no I/O, no
+ * w2j.h — wal2json (format-version 2) line decoder. Pure: no I/O, no
  * allocation in w2j_parse.
  *
  * wal2json v2 sends one JSON object per change. With include-lsn,
@@ -30,8 +30,8 @@
  *                      record) to a struct outbox_event, unescaping into a
  *                      scratch buffer owned by a struct w2j_scratch.
  */
-#ifndef OUTBOX_RELAY_DECODER_H
-#define OUTBOX_RELAY_DECODER_H
+#ifndef OUTBOX_RELAY_W2J_H
+#define OUTBOX_RELAY_W2J_H
 
 #include <stdbool.h>
 #include <stddef.h>
