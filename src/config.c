@@ -1,15 +1,14 @@
 /*
- * config.c — the option table and the four sources it is read from (see
- * config.h). Adding an option means adding one row to `options`; the
+ * config.c — the relayer's option table, its --config file and its checks
+ * (see config.h). Adding an option means adding one row to `options`; the
  * machinery that reads a table (kinds, environment, command line, --help
- * rows) is options.c, shared with outbox-consume.
+ * rows) and the parsers both programs share are options.c, which knows
+ * nothing of this file.
  */
 #include "outbox_relay/config.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <libpq-fe.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,65 +114,10 @@ static const struct options_spec spec = {
     .set_kafka_arg = set_kafka_arg,
 };
 
-int config_parse_long(const char *s, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
-    *out = v;
-    return 0;
-}
-
-int config_parse_seconds(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-int config_kafka_set(struct config_kv *kv, size_t *n, const char *key, size_t keylen,
-                     const char *value, char *err, size_t errlen)
-{
-    if (keylen == 0) {
-        snprintf(err, errlen, "empty librdkafka property name (use -X name=value)");
-        return -1;
-    }
-    for (size_t i = 0; i < *n; i++) {
-        if (strlen(kv[i].key) == keylen && memcmp(kv[i].key, key, keylen) == 0) {
-            char *v = strdup(value);
-            if (v == NULL)
-                goto oom;
-            free(kv[i].value);
-            kv[i].value = v;
-            return 0;
-        }
-    }
-    if (*n >= CONFIG_MAX_KAFKA_PROPS) {
-        snprintf(err, errlen, "too many librdkafka properties (at most %d)",
-                 CONFIG_MAX_KAFKA_PROPS);
-        return -1;
-    }
-    kv[*n].key = strndup(key, keylen);
-    kv[*n].value = strdup(value);
-    (*n)++; /* freed with the list even when half set */
-    if (kv[*n - 1].key == NULL || kv[*n - 1].value == NULL)
-        goto oom;
-    return 0;
-oom:
-    snprintf(err, errlen, "out of memory");
-    return -1;
-}
-
 static int set_kafka(struct relay_config *cfg, const char *key, size_t keylen,
                      const char *value, char *err, size_t errlen)
 {
-    return config_kafka_set(cfg->kafka, &cfg->nkafka, key, keylen, value, err, errlen);
+    return options_kafka_set(cfg->kafka, &cfg->nkafka, key, keylen, value, err, errlen);
 }
 
 /* -X key=value on the command line (kv NULL: -X was the last argument) */
@@ -185,7 +129,7 @@ static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen)
     }
     const char *eq = strchr(kv, '=');
     if (eq == NULL) {
-        if (config_safe_to_echo(kv))
+        if (options_safe_to_echo(kv))
             snprintf(err, errlen, "command line: -X expects property=value, got \"%s\"", kv);
         else
             snprintf(err, errlen, "command line: -X expects property=value, got an argument "
@@ -282,33 +226,6 @@ static void print_help(const char *prog)
            "2 on bad usage or configuration.\n");
 }
 
-bool config_safe_to_echo(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 40)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char) s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
-            return false;
-    return true;
-}
-
-int config_check_dsn(const char *dsn, char *err, size_t errlen)
-{
-    char *errmsg = NULL;
-    PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg);
-    if (opts == NULL) {
-        /* libpq's message may quote the DSN, password included: do not echo it. */
-        snprintf(err, errlen, "--dsn is not a valid PostgreSQL connection string (%s)",
-                 errmsg && strstr(errmsg, "missing") ? "missing \"=\" after a keyword"
-                                                     : "syntax error");
-        PQfreemem(errmsg);
-        return -1;
-    }
-    PQconninfoFree(opts);
-    return 0;
-}
-
 int config_check_slot_name(const char *name, char *err, size_t errlen)
 {
     size_t n = strlen(name);
@@ -326,12 +243,6 @@ int config_check_slot_name(const char *name, char *err, size_t errlen)
         }
     }
     return 0;
-}
-
-static bool topic_char_ok(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
 }
 
 int config_check_topic_template(const char *tmpl, char *err, size_t errlen)
@@ -354,7 +265,7 @@ int config_check_topic_template(const char *tmpl, char *err, size_t errlen)
                      "in braces", tmpl);
             return -1;
         }
-        if (!topic_char_ok(*p)) {
+        if (!options_topic_char_ok(*p)) {
             unsigned char c = (unsigned char) *p;
             char what[16];
             if (c > 0x20 && c < 0x7f)
@@ -396,7 +307,7 @@ int config_expand_topic(const char *tmpl, const char *type, size_t type_len, cha
     if (n == 0 || n > 249 || (n == 1 && out[0] == '.') || (n == 2 && strcmp(out, "..") == 0))
         return -1;
     for (size_t i = 0; i < n; i++)
-        if (!topic_char_ok(out[i]))
+        if (!options_topic_char_ok(out[i]))
             return -1;
     return (int) n;
 }
@@ -469,7 +380,7 @@ static int check_kafka_guarantees(const struct relay_config *cfg, char *err, siz
                  "broker failure; leave %s at all (-1)", name, v, name);
         return -1;
     }
-    if ((v = kafka_prop(cfg, inflight, &name)) && config_parse_long(v, &n) == 0 && n > 5) {
+    if ((v = kafka_prop(cfg, inflight, &name)) && options_parse_long(v, &n) == 0 && n > 5) {
         snprintf(err, errlen, "-X %s=%s is refused: the idempotent producer keeps per-partition "
                  "order only with at most 5 requests in flight; use 1 to 5", name, v);
         return -1;
@@ -480,13 +391,13 @@ static int check_kafka_guarantees(const struct relay_config *cfg, char *err, siz
                  name, v, name);
         return -1;
     }
-    if ((v = kafka_prop(cfg, retries, &name)) && config_parse_long(v, &n) == 0 && n == 0) {
+    if ((v = kafka_prop(cfg, retries, &name)) && options_parse_long(v, &n) == 0 && n == 0) {
         snprintf(err, errlen, "-X %s=0 is refused: every transient broker error would fail a "
                  "delivery; leave it unset", name);
         return -1;
     }
     long qmax = RDKAFKA_QUEUE_MAX_MESSAGES;
-    if ((v = kafka_prop(cfg, qmsgs, &name)) && config_parse_long(v, &n) == 0)
+    if ((v = kafka_prop(cfg, qmsgs, &name)) && options_parse_long(v, &n) == 0)
         qmax = n;
     if (cfg->max_inflight > qmax) {
         snprintf(err, errlen, "--max-inflight %ld is above librdkafka's local queue limit "
@@ -496,7 +407,7 @@ static int check_kafka_guarantees(const struct relay_config *cfg, char *err, siz
         return -1;
     }
     long qkbytes = RDKAFKA_QUEUE_MAX_KBYTES;
-    if ((v = kafka_prop(cfg, qkb, &name)) && config_parse_long(v, &n) == 0)
+    if ((v = kafka_prop(cfg, qkb, &name)) && options_parse_long(v, &n) == 0)
         qkbytes = n;
     if (cfg->max_inflight_bytes / 1024 > qkbytes) {
         snprintf(err, errlen, "--max-inflight-bytes %ld is above librdkafka's local queue limit "
@@ -519,7 +430,7 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "--brokers is required (Kafka bootstrap servers, HOST:PORT[,...])");
         return -1;
     }
-    if (config_check_dsn(cfg->dsn, err, errlen) < 0 ||
+    if (options_check_dsn(cfg->dsn, err, errlen) < 0 ||
         config_check_slot_name(cfg->slot, err, errlen) < 0)
         return -1;
 
@@ -636,7 +547,7 @@ static int load_command(struct relay_config *cfg, int argc, char **argv, char *e
     else if (strcmp(argv[1], "status") == 0)
         cfg->command = RELAY_CMD_STATUS;
     else {
-        if (config_safe_to_echo(argv[1]))
+        if (options_safe_to_echo(argv[1]))
             snprintf(err, errlen, "unknown command \"%s\" (expected run, reap or status; "
                      "see --help)", argv[1]);
         else
@@ -682,33 +593,12 @@ void config_free(struct relay_config *cfg)
     cfg->table_schema = cfg->table_name = NULL;
 }
 
-const char *config_kv_get(const struct config_kv *kv, size_t n, const char *key)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(kv[i].key, key) == 0)
-            return kv[i].value;
-    return NULL;
-}
-
 const char *config_kafka_get(const struct relay_config *cfg, const char *key)
 {
-    return config_kv_get(cfg->kafka, cfg->nkafka, key);
+    return options_kv_get(cfg->kafka, cfg->nkafka, key);
 }
 
 void config_register_secrets(const struct relay_config *cfg)
 {
-    if (cfg->dsn != NULL) {
-        PQconninfoOption *opts = PQconninfoParse(cfg->dsn, NULL);
-        for (PQconninfoOption *o = opts; o && o->keyword; o++)
-            if (o->val && (strcmp(o->keyword, "password") == 0 ||
-                           strcmp(o->keyword, "sslpassword") == 0))
-                log_add_secret(o->val);
-        PQconninfoFree(opts);
-    }
-    for (size_t i = 0; i < cfg->nkafka; i++) {
-        const char *k = cfg->kafka[i].key;
-        if (strstr(k, "password") || strstr(k, "secret") || strstr(k, "jaas") ||
-            strstr(k, "token"))
-            log_add_secret(cfg->kafka[i].value);
-    }
+    options_register_secrets(cfg->dsn, cfg->kafka, cfg->nkafka);
 }

@@ -1,10 +1,10 @@
 /*
  * consume_config.c — outbox-consume's options (see consume_config.h). Its
  * own small table, read by the machinery the relayer's config.c uses too
- * (options.c); the secret rules and topic-name checks are config.c's.
+ * (options.c), which also holds the secret rules and the DSN and topic-
+ * character checks both programs apply. Nothing of the relayer's config.
  */
 #include "outbox_relay/consume_config.h"
-#include "outbox_relay/config.h"
 #include "outbox_relay/options.h"
 
 #include <ctype.h>
@@ -75,7 +75,7 @@ static const struct options_spec spec = {
 static int set_kafka(struct consume_config *cfg, const char *key, size_t keylen,
                      const char *value, char *err, size_t errlen)
 {
-    return config_kafka_set(cfg->kafka, &cfg->nkafka, key, keylen, value, err, errlen);
+    return options_kafka_set(cfg->kafka, &cfg->nkafka, key, keylen, value, err, errlen);
 }
 
 static void print_help(const char *prog)
@@ -103,7 +103,7 @@ static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen)
 {
     const char *eq = kv ? strchr(kv, '=') : NULL;
     if (eq == NULL) {
-        if (kv != NULL && config_safe_to_echo(kv))
+        if (kv != NULL && options_safe_to_echo(kv))
             snprintf(err, errlen, "-X expects property=value, got \"%s\"", kv);
         else
             snprintf(err, errlen, "-X expects property=value%s", kv ? " (the argument "
@@ -115,7 +115,7 @@ static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen)
 
 static const char *kafka_get(const struct consume_config *cfg, const char *key)
 {
-    return config_kv_get(cfg->kafka, cfg->nkafka, key);
+    return options_kv_get(cfg->kafka, cfg->nkafka, key);
 }
 
 static bool empty(const char *s)
@@ -150,9 +150,10 @@ static int split_topics(struct consume_config *cfg, char *err, size_t errlen)
         }
         cfg->topic_list[cfg->ntopics++] = t;
         if (t[0] != '^') {
-            char e[256];
-            if (n > 249 || strchr(t, '{') != NULL ||
-                config_check_topic_template(t, e, sizeof e) < 0) {
+            bool ok = n <= 249;
+            for (size_t i = 0; ok && i < n; i++)
+                ok = options_topic_char_ok(t[i]);
+            if (!ok) {
                 snprintf(err, errlen, "--topics: \"%s\" is not a Kafka topic name (1-249 of "
                          "[A-Za-z0-9._-]; a regex starts with ^)", t);
                 return -1;
@@ -206,7 +207,7 @@ static int validate(struct consume_config *cfg, char *err, size_t errlen)
                  "$1 event_id, $2 aggregate_id, $3 type, $4 payload, $5 topic)");
         return -1;
     }
-    if (config_check_dsn(cfg->dsn, err, errlen) < 0 || split_topics(cfg, err, errlen) < 0)
+    if (options_check_dsn(cfg->dsn, err, errlen) < 0 || split_topics(cfg, err, errlen) < 0)
         return -1;
     if (cfg->batch < 1 || cfg->batch > 100000) {
         snprintf(err, errlen, "--batch must be between 1 and 100000, got %ld", cfg->batch);
@@ -270,16 +271,7 @@ void consume_config_free(struct consume_config *cfg)
 
 void consume_config_register_secrets(const struct consume_config *cfg)
 {
-    /* config_register_secrets knows which DSN keywords and librdkafka
-     * properties are secret; hand it a view of ours. */
-    static struct relay_config view; /* large: keep it off the stack */
-    memset(&view, 0, sizeof view);
-    view.dsn = cfg->dsn;
-    for (size_t i = 0; i < cfg->nkafka; i++)
-        view.kafka[i] = cfg->kafka[i];
-    view.nkafka = cfg->nkafka;
-    config_register_secrets(&view);
-    memset(&view, 0, sizeof view);
+    options_register_secrets(cfg->dsn, cfg->kafka, cfg->nkafka);
 }
 
 void consume_config_to_options(const struct consume_config *cfg, struct consumer_options *o)

@@ -7,12 +7,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <libpq-fe.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/config.h"
 #include "outbox_relay/log.h"
 
 _Static_assert(sizeof(enum log_format) == sizeof(int), "OPT_ENUM stores an int");
@@ -37,6 +38,28 @@ const struct option_def *options_find(const struct options_spec *spec, const cha
             return &spec->defs[i];
     }
     return NULL;
+}
+
+int options_parse_long(const char *s, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int options_parse_seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < 0)
+        return -1;
+    *out = v;
+    return 0;
 }
 
 static int parse_size(const char *s, long *out)
@@ -96,7 +119,7 @@ int options_set(void *cfg, const struct option_def *o, const char *value, const 
         return 0;
     }
     case OPT_LONG:
-        if (config_parse_long(value, (long *) field) == 0)
+        if (options_parse_long(value, (long *) field) == 0)
             return 0;
         expected = "a whole number";
         break;
@@ -106,7 +129,7 @@ int options_set(void *cfg, const struct option_def *o, const char *value, const 
         expected = "a byte count such as 16M";
         break;
     case OPT_SECONDS:
-        if (config_parse_seconds(value, (double *) field) == 0)
+        if (options_parse_seconds(value, (double *) field) == 0)
             return 0;
         expected = "seconds (e.g. 10 or 0.5)";
         break;
@@ -192,7 +215,7 @@ int options_load_env(const struct options_spec *spec, void *cfg, char **envp, ch
             for (size_t i = 0; i < n; i++)
                 key[i] = k[i] == '_' ? '.' : (char) tolower((unsigned char) k[i]);
             key[n] = '\0';
-            if (config_kafka_set(kafka, nkafka, key, n, eq + 1, err, errlen) < 0)
+            if (options_kafka_set(kafka, nkafka, key, n, eq + 1, err, errlen) < 0)
                 return -1;
             continue;
         }
@@ -229,7 +252,7 @@ int options_load_args(const struct options_spec *spec, void *cfg, int argc, char
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
-            if (config_safe_to_echo(a))
+            if (options_safe_to_echo(a))
                 snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", a);
             else
                 snprintf(err, errlen, "unexpected argument #%d (options start with --; not "
@@ -291,4 +314,98 @@ void options_free(const struct options_spec *spec, void *cfg)
         free(kafka[i].value);
     }
     *nkafka = 0;
+}
+
+/* ---- value parsers and checks both programs share ---------------------- */
+
+int options_kafka_set(struct config_kv *kv, size_t *n, const char *key, size_t keylen,
+                      const char *value, char *err, size_t errlen)
+{
+    if (keylen == 0) {
+        snprintf(err, errlen, "empty librdkafka property name (use -X name=value)");
+        return -1;
+    }
+    for (size_t i = 0; i < *n; i++) {
+        if (strlen(kv[i].key) == keylen && memcmp(kv[i].key, key, keylen) == 0) {
+            char *v = strdup(value);
+            if (v == NULL)
+                goto oom;
+            free(kv[i].value);
+            kv[i].value = v;
+            return 0;
+        }
+    }
+    if (*n >= CONFIG_MAX_KAFKA_PROPS) {
+        snprintf(err, errlen, "too many librdkafka properties (at most %d)",
+                 CONFIG_MAX_KAFKA_PROPS);
+        return -1;
+    }
+    kv[*n].key = strndup(key, keylen);
+    kv[*n].value = strdup(value);
+    (*n)++; /* freed with the list even when half set */
+    if (kv[*n - 1].key == NULL || kv[*n - 1].value == NULL)
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+const char *options_kv_get(const struct config_kv *kv, size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(kv[i].key, key) == 0)
+            return kv[i].value;
+    return NULL;
+}
+
+bool options_safe_to_echo(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 40)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char) s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
+            return false;
+    return true;
+}
+
+int options_check_dsn(const char *dsn, char *err, size_t errlen)
+{
+    char *errmsg = NULL;
+    PQconninfoOption *opts = PQconninfoParse(dsn, &errmsg);
+    if (opts == NULL) {
+        /* libpq's message may quote the DSN, password included: do not echo it. */
+        snprintf(err, errlen, "--dsn is not a valid PostgreSQL connection string (%s)",
+                 errmsg && strstr(errmsg, "missing") ? "missing \"=\" after a keyword"
+                                                     : "syntax error");
+        PQfreemem(errmsg);
+        return -1;
+    }
+    PQconninfoFree(opts);
+    return 0;
+}
+
+bool options_topic_char_ok(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+}
+
+void options_register_secrets(const char *dsn, const struct config_kv *kafka, size_t nkafka)
+{
+    if (dsn != NULL) {
+        PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
+        for (PQconninfoOption *o = opts; o && o->keyword; o++)
+            if (o->val && (strcmp(o->keyword, "password") == 0 ||
+                           strcmp(o->keyword, "sslpassword") == 0))
+                log_add_secret(o->val);
+        PQconninfoFree(opts);
+    }
+    for (size_t i = 0; i < nkafka; i++) {
+        const char *k = kafka[i].key;
+        if (strstr(k, "password") || strstr(k, "secret") || strstr(k, "jaas") ||
+            strstr(k, "token"))
+            log_add_secret(kafka[i].value);
+    }
 }

@@ -9,6 +9,9 @@
  *   config file    kafka.security.protocol = SASL_SSL
  *   environment    OUTBOX_RELAY_KAFKA_SECURITY_PROTOCOL=SASL_SSL
  * (in the environment form '_' stands for '.').
+ *
+ * The table machinery and the parsers both programs share are options.h;
+ * this module is the relayer's option set and its checks.
  */
 #ifndef OUTBOX_RELAY_CONFIG_H
 #define OUTBOX_RELAY_CONFIG_H
@@ -18,17 +21,10 @@
 #include <stdint.h>
 
 #include "outbox_relay/log.h"
-
-#define CONFIG_ERRLEN 512
-#define CONFIG_MAX_KAFKA_PROPS 128
+#include "outbox_relay/options.h" /* struct config_kv, CONFIG_*, enum config_result */
 
 enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS };
 enum poison_policy { POISON_HALT = 0, POISON_DEAD_LETTER };
-
-struct config_kv {
-    char *key;
-    char *value;
-};
 
 struct relay_config {
     enum relay_command command;
@@ -67,8 +63,6 @@ struct relay_config {
     size_t nkafka;
 };
 
-enum config_result { CONFIG_OK = 0, CONFIG_EXIT = 1, CONFIG_ERROR = -1 };
-
 /* Fills cfg from defaults, the config file, envp (NULL-terminated
  * "NAME=value" strings) and argv. CONFIG_OK: ready to run. CONFIG_EXIT:
  * --help or --version was printed to stdout; exit 0. CONFIG_ERROR: err holds
@@ -79,36 +73,13 @@ enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
 
 void config_free(struct relay_config *cfg);
 
-/* Sets key (keylen bytes) = value in a list of librdkafka properties of at
- * most CONFIG_MAX_KAFKA_PROPS entries, replacing an earlier value of the
- * same key. The list owns the copies. Returns 0, or -1 with err. Shared by
- * both programs' option readers (options.c, and config.c's --config file). */
-int config_kafka_set(struct config_kv *kv, size_t *n, const char *key, size_t keylen,
-                     const char *value, char *err, size_t errlen);
-
-/* Whole-string number parsers of the option tables (options.c): 0 or -1. */
-int config_parse_long(const char *s, long *out);
-int config_parse_seconds(const char *s, double *out);
-
 /* The value of a librdkafka property set by the user, or NULL. */
 const char *config_kafka_get(const struct relay_config *cfg, const char *key);
 
-/* The value of key in a list of n librdkafka properties, or NULL. */
-const char *config_kv_get(const struct config_kv *kv, size_t n, const char *key);
-
 /* Registers every secret in cfg (DSN password, *.password / secret
- * properties) with the logger so they are scrubbed from every line. */
+ * properties) with the logger so they are scrubbed from every line
+ * (options_register_secrets). */
 void config_register_secrets(const struct relay_config *cfg);
-
-/* True when a user-typed word may be quoted back in an error message: a
- * short run of [A-Za-z0-9._-]. Anything else (a mistyped DSN, a
- * `-X sasl.password:…`) may hold a secret and is not echoed. */
-bool config_safe_to_echo(const char *s);
-
-/* Checks that dsn parses as a PostgreSQL connection string (key=value or
- * URI), without quoting it back: it may hold a password. Returns 0, or -1
- * with a message in err. */
-int config_check_dsn(const char *dsn, char *err, size_t errlen);
 
 /* Validates a replication slot name (PostgreSQL's rule: 1-63 of [a-z0-9_]).
  * Returns 0, or -1 with a message in err. */

@@ -14,9 +14,9 @@
 
 #include <stddef.h>
 
-#include "outbox_relay/config.h"
 #include "outbox_relay/consumer.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/options.h" /* struct config_kv, CONFIG_*, enum config_result */
 
 #define CONSUME_MAX_TOPICS 64
 
@@ -52,7 +52,7 @@ enum config_result consume_config_load(struct consume_config *cfg, int argc, cha
 void consume_config_free(struct consume_config *cfg);
 
 /* Registers the DSN password and secret librdkafka properties with the
- * logger (the relayer's rules, config_register_secrets). */
+ * logger (the rules both programs share, options_register_secrets). */
 void consume_config_register_secrets(const struct consume_config *cfg);
 
 /* Fills the library's options from cfg; the strings stay owned by cfg,

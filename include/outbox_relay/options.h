@@ -10,12 +10,33 @@
  * and the command line (--name value, --name=value, -X, -h, -V) into the
  * config struct, and frees what it set. Pure apart from printing --help and
  * --version to stdout.
+ *
+ * It also holds the value parsers and checks both programs apply (whole
+ * numbers, seconds, the list of librdkafka properties, what may be quoted
+ * back in an error, a DSN's syntax, Kafka topic characters, which values
+ * are secrets). Dependencies go one way: config.c (the relayer's table and
+ * checks) and consume_config.c (the consumer's) use this module; it knows
+ * neither.
  */
 #ifndef OUTBOX_RELAY_OPTIONS_H
 #define OUTBOX_RELAY_OPTIONS_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+/* These names predate this module; both programs' config structs,
+ * their callers and main() use them, so they keep the config_ spelling. */
+#define CONFIG_ERRLEN 512
+#define CONFIG_MAX_KAFKA_PROPS 128
+
+/* What config_load() and consume_config_load() return. */
+enum config_result { CONFIG_OK = 0, CONFIG_EXIT = 1, CONFIG_ERROR = -1 };
+
+/* One librdkafka property as given (-X key=value); the list owns both. */
+struct config_kv {
+    char *key;
+    char *value;
+};
 
 enum option_kind {
     OPT_STR,      /* char *: a copy of the text; freed by options_free() */
@@ -99,7 +120,7 @@ int options_load_env(const struct options_spec *spec, void *cfg, char **envp, ch
 
 /* Reads argv[first..argc): -h/--help and -V/--version (printed to stdout;
  * *exit_now set), -X PROPERTY=VALUE, --name value and --name=value. Never
- * quotes back an argument that may hold a secret (config_safe_to_echo).
+ * quotes back an argument that may hold a secret (options_safe_to_echo).
  * Returns 0, or -1 with err. */
 int options_load_args(const struct options_spec *spec, void *cfg, int argc, char **argv,
                       int first, char *err, size_t errlen, bool *exit_now);
@@ -112,5 +133,40 @@ void options_print_table(const struct options_spec *spec);
 /* Frees every OPT_STR field and the librdkafka properties, leaving them
  * NULL / empty. */
 void options_free(const struct options_spec *spec, void *cfg);
+
+/* ---- value parsers and checks both programs share ---- */
+
+/* Whole-string parsers: 0, or -1 when s is not entirely a number of the
+ * kind (seconds: finite, >= 0, fractions allowed). */
+int options_parse_long(const char *s, long *out);
+int options_parse_seconds(const char *s, double *out);
+
+/* Sets key (keylen bytes) = value in a list of librdkafka properties of at
+ * most CONFIG_MAX_KAFKA_PROPS entries, replacing an earlier value of the
+ * same key. The list owns the copies. Returns 0, or -1 with err. */
+int options_kafka_set(struct config_kv *kv, size_t *n, const char *key, size_t keylen,
+                      const char *value, char *err, size_t errlen);
+
+/* The value of key in a list of n librdkafka properties, or NULL. */
+const char *options_kv_get(const struct config_kv *kv, size_t n, const char *key);
+
+/* True when a user-typed word may be quoted back in an error message: a
+ * short run of [A-Za-z0-9._-]. Anything else (a mistyped DSN, a
+ * `-X sasl.password:…`) may hold a secret and is not echoed. */
+bool options_safe_to_echo(const char *s);
+
+/* Checks that dsn parses as a PostgreSQL connection string (key=value or
+ * URI), without quoting it back: it may hold a password. Returns 0, or -1
+ * with a message in err. */
+int options_check_dsn(const char *dsn, char *err, size_t errlen);
+
+/* True for the characters Kafka allows in topic names: [A-Za-z0-9._-]. */
+bool options_topic_char_ok(char c);
+
+/* Registers every secret of a program's configuration with the logger so
+ * it is scrubbed from every line: the DSN's password and sslpassword (dsn
+ * may be NULL) and the librdkafka properties whose name holds password,
+ * secret, jaas or token. */
+void options_register_secrets(const char *dsn, const struct config_kv *kafka, size_t nkafka);
 
 #endif
