@@ -1,0 +1,487 @@
+/*
+ * consume_batch.c — the consumer's batch transaction (see consumer.h for the
+ * guarantee, consume_internal.h for the split).
+ *
+ * One batch, one transaction: per message, (consumer, event_id) into
+ * processed_events (a duplicate is skipped), the handler inside a
+ * SAVEPOINT, on a data error the savepoint rolled back and then either the
+ * message recorded in failed_events (--on-error failed) or the batch rolled
+ * back and the messages before it applied (halt). After COMMIT, and only
+ * then, the batch's Kafka offsets are committed. Transient failures retry
+ * the batch; a lost connection keeps it for after the reconnect. A batch
+ * applied from a revoke or at a stop runs under the watchdog
+ * (pg_watchdog.h) with o.revoke_timeout; a cut batch is handled like a lost
+ * connection.
+ */
+#include "consume_internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "outbox_relay/log.h"
+
+#define SAVEPOINT_SQL "SAVEPOINT outbox_consume_msg"
+#define RELEASE_SQL "RELEASE SAVEPOINT outbox_consume_msg"
+#define ROLLBACK_TO_SQL "ROLLBACK TO SAVEPOINT outbox_consume_msg"
+#define PROCESSED_SQL                                                            \
+    "INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2) "         \
+    "ON CONFLICT DO NOTHING"
+#define FAILED_SQL                                                                \
+    "INSERT INTO failed_events (consumer, event_id, topic, \"partition\", \"offset\", key, " \
+    "event_type, payload, error, sqlstate) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) " \
+    "ON CONFLICT (consumer, event_id) DO UPDATE SET topic = EXCLUDED.topic, "     \
+    "\"partition\" = EXCLUDED.\"partition\", \"offset\" = EXCLUDED.\"offset\", "  \
+    "key = EXCLUDED.key, event_type = EXCLUDED.event_type, payload = EXCLUDED.payload, " \
+    "error = EXCLUDED.error, sqlstate = EXCLUDED.sqlstate, failed_at = now()"
+
+#define TRANSIENT_RETRIES_ON_STOP 3
+#define COMMIT_RETRY 1.0       /* s between retries of a failed offset commit */
+
+/* What applying a batch came to. */
+enum apply_rc { APPLY_OK = 0, APPLY_CONN, APPLY_RETRY, APPLY_HALT, APPLY_FATAL };
+
+/* The failure of one of our own statements: a lost connection or a
+ * transient conflict is retried; anything else (processed_events missing,
+ * no privilege) cannot be fixed by retrying. */
+static enum apply_rc own_statement_failed(struct consumer *c, const char *what,
+                                          const struct consumer_failure *why)
+{
+    switch (consume_classify(c, why)) {
+    case FAIL_CONN:
+        log_warn("PostgreSQL connection lost during %s: %s", what, why->message);
+        return APPLY_CONN;
+    case FAIL_TRANSIENT:
+        log_warn("%s: %s (SQLSTATE %s); the batch is retried", what, why->message,
+                 why->sqlstate);
+        return APPLY_RETRY;
+    default:
+        consume_set_error(c, "%s failed: %s (SQLSTATE %s)%s", what, why->message, why->sqlstate,
+                  strcmp(why->sqlstate, "42P01") == 0
+                      ? "; load sql/002_processed_events.sql and sql/006_failed_events.sql"
+                      : "");
+        return APPLY_FATAL;
+    }
+}
+
+/* ---- messages ---------------------------------------------------------- */
+
+/* A message's fields as NUL-terminated strings, owned here. */
+struct msg_view {
+    struct consumer_message m;
+    char event_id[256];
+    char *key;
+    char *type;
+    char *payload;
+};
+
+static char *dup_span(const void *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (s != NULL) {
+        if (n > 0)
+            memcpy(s, p, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+/* True when p[0..n) is valid UTF-8 without control characters: what an
+ * event id must be to be stored as text (else the message gets the
+ * kafka-<topic>-<p>-<o> id instead of poisoning the batch). */
+static bool id_text_ok(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char b = p[i];
+        size_t len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3
+                   : (b & 0xF8) == 0xF0 ? 4 : 0;
+        if (len == 0 || i + len > n || (len == 1 && (b < 0x20 || b == 0x7f)) ||
+            (len == 2 && b < 0xC2) || (len == 4 && b > 0xF4))
+            return false;
+        for (size_t k = 1; k < len; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return false;
+        if ((len == 3 && b == 0xE0 && p[i + 1] < 0xA0) ||   /* overlong */
+            (len == 3 && b == 0xED && p[i + 1] >= 0xA0) ||  /* surrogates */
+            (len == 4 && b == 0xF0 && p[i + 1] < 0x90) ||   /* overlong */
+            (len == 4 && b == 0xF4 && p[i + 1] >= 0x90))    /* > U+10FFFF */
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+static void view_free(struct msg_view *v)
+{
+    free(v->key);
+    free(v->type);
+    free(v->payload);
+    v->key = v->type = v->payload = NULL;
+}
+
+/* Fills v from a Kafka message. Returns 0, or -1 when out of memory. */
+static int view_make(struct msg_view *v, const rd_kafka_message_t *km)
+{
+    rd_kafka_headers_t *hdrs = NULL;
+    const void *val;
+    size_t size;
+    memset(v, 0, sizeof *v);
+    const char *topic = rd_kafka_topic_name(km->rkt);
+
+    rd_kafka_message_headers(km, &hdrs);
+    if (hdrs && rd_kafka_header_get_last(hdrs, "event_id", &val, &size) ==
+                    RD_KAFKA_RESP_ERR_NO_ERROR &&
+        val != NULL && size > 0 && size < sizeof v->event_id && id_text_ok(val, size)) {
+        memcpy(v->event_id, val, size);
+        v->event_id[size] = '\0';
+    } else {
+        snprintf(v->event_id, sizeof v->event_id, "kafka-%s-%" PRId32 "-%" PRId64, topic,
+                 km->partition, km->offset);
+    }
+    if (hdrs && rd_kafka_header_get_last(hdrs, "event_type", &val, &size) ==
+                    RD_KAFKA_RESP_ERR_NO_ERROR && val != NULL) {
+        if ((v->type = dup_span(val, size)) == NULL)
+            goto oom;
+    }
+    if (km->key != NULL && (v->key = dup_span(km->key, km->key_len)) == NULL)
+        goto oom;
+    if (km->payload != NULL && (v->payload = dup_span(km->payload, km->len)) == NULL)
+        goto oom;
+
+    v->m.event_id = v->event_id;
+    v->m.aggregate_id = v->key;
+    v->m.type = v->type;
+    v->m.payload = v->payload;
+    v->m.payload_len = v->payload ? km->len : 0;
+    v->m.topic = topic;
+    v->m.partition = km->partition;
+    v->m.offset = km->offset;
+    return 0;
+oom:
+    view_free(v);
+    return -1;
+}
+
+/* ---- applying a batch -------------------------------------------------- */
+
+/* Records a failing message in failed_events, after the savepoint was
+ * rolled back. When key or payload are not storable as text (bad encoding,
+ * NUL bytes), they are stored as NULL. */
+static enum apply_rc record_failed(struct consumer *c, const struct consumer_message *m,
+                                   const struct consumer_failure *err)
+{
+    char partition[16], offset[32];
+    snprintf(partition, sizeof partition, "%" PRId32, m->partition);
+    snprintf(offset, sizeof offset, "%" PRId64, m->offset);
+    bool payload_text = m->payload && strlen(m->payload) == m->payload_len;
+    const char *params[10] = {c->o.consumer_name, m->event_id, m->topic, partition, offset,
+                              m->aggregate_id, m->type, payload_text ? m->payload : NULL,
+                              err->message, err->sqlstate[0] ? err->sqlstate : NULL};
+    struct consumer_failure why;
+    if (consume_exec(c, FAILED_SQL, 10, params, NULL, &why) == 0)
+        return APPLY_OK;
+    if (consume_classify(c, &why) != FAIL_DATA)
+        return own_statement_failed(c, "INSERT INTO failed_events", &why);
+    /* Probably the key or payload: keep the record without them. */
+    if (consume_exec(c, ROLLBACK_TO_SQL, 0, NULL, NULL, &why) < 0)
+        return own_statement_failed(c, "ROLLBACK TO SAVEPOINT", &why);
+    params[5] = NULL; /* key */
+    params[6] = NULL; /* type */
+    params[7] = NULL; /* payload */
+    struct consumer_failure why2;
+    if (consume_exec(c, FAILED_SQL, 10, params, NULL, &why2) == 0) {
+        log_warn("event_id=%s: key, type and payload not stored in failed_events: %s", m->event_id,
+                 why.message);
+        return APPLY_OK;
+    }
+    return own_statement_failed(c, "INSERT INTO failed_events", &why2);
+}
+
+/* Applies the first n messages of the batch in one transaction and commits
+ * it. On APPLY_HALT, *fail_at is the index of the failing message and the
+ * transaction is rolled back. On every other failure the transaction is
+ * rolled back or the connection is gone. */
+static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
+{
+    struct consumer_failure why;
+    uint64_t applied = 0, dups = 0, failed = 0;
+    enum apply_rc rc = APPLY_OK;
+    struct msg_view v;
+    bool have_view = false;
+
+    if (consume_exec(c, "BEGIN", 0, NULL, NULL, &why) < 0)
+        return own_statement_failed(c, "BEGIN", &why);
+
+    for (size_t i = 0; i < n; i++) {
+        if (view_make(&v, c->batch[i]) < 0) {
+            consume_set_error(c, "out of memory");
+            rc = APPLY_FATAL;
+            goto rollback;
+        }
+        have_view = true;
+        const struct consumer_message *m = &v.m;
+        const char *pparams[2] = {c->o.consumer_name, m->event_id};
+        long inserted = 0;
+        if (consume_exec(c, PROCESSED_SQL, 2, pparams, &inserted, &why) < 0) {
+            rc = own_statement_failed(c, "INSERT INTO processed_events", &why);
+            goto rollback;
+        }
+        if (inserted == 0) {
+            log_debug("event_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
+                      ": already processed, skipped", m->event_id, m->topic, m->partition,
+                      m->offset);
+            dups++;
+            view_free(&v);
+            have_view = false;
+            continue;
+        }
+        if (consume_exec(c, SAVEPOINT_SQL, 0, NULL, NULL, &why) < 0) {
+            rc = own_statement_failed(c, "SAVEPOINT", &why);
+            goto rollback;
+        }
+        memset(&why, 0, sizeof why);
+        if (c->o.handler(c->o.arg, c->pg, m, &why) == CONSUMER_OK) {
+            if (consume_exec(c, RELEASE_SQL, 0, NULL, NULL, &why) < 0) {
+                rc = own_statement_failed(c, "RELEASE SAVEPOINT", &why);
+                goto rollback;
+            }
+            applied++;
+            view_free(&v);
+            have_view = false;
+            continue;
+        }
+        if (why.message[0] == '\0')
+            snprintf(why.message, sizeof why.message, "the handler failed without a message");
+        enum failure_class fc = consume_classify(c, &why);
+        if (fc == FAIL_CONN) {
+            log_warn("PostgreSQL connection lost while applying event_id=%s: %s", m->event_id,
+                     why.message);
+            rc = APPLY_CONN;
+            goto rollback;
+        }
+        if (fc == FAIL_TRANSIENT) {
+            log_warn("event_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
+                     ": %s (SQLSTATE %s); the batch is retried", m->event_id, m->topic,
+                     m->partition, m->offset, why.message, why.sqlstate);
+            rc = APPLY_RETRY;
+            goto rollback;
+        }
+        if (c->o.on_error == CONSUMER_ON_ERROR_HALT) {
+            consume_set_error(c, "event_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
+                      " type=%s: apply failed: %s%s%s%s; stopped (--on-error halt): nothing "
+                      "at or after this offset is committed. Fix the cause and restart, or run "
+                      "with --on-error failed", m->event_id, m->topic, m->partition, m->offset,
+                      m->type ? m->type : "(none)", why.message,
+                      why.sqlstate[0] ? " (SQLSTATE " : "", why.sqlstate,
+                      why.sqlstate[0] ? ")" : "");
+            *fail_at = i;
+            rc = APPLY_HALT;
+            goto rollback;
+        }
+        /* --on-error failed: undo what the handler did, keep the
+         * processed_events row (written before the savepoint), record why. */
+        struct consumer_failure why2;
+        if (consume_exec(c, ROLLBACK_TO_SQL, 0, NULL, NULL, &why2) < 0) {
+            rc = own_statement_failed(c, "ROLLBACK TO SAVEPOINT", &why2);
+            goto rollback;
+        }
+        rc = record_failed(c, m, &why);
+        if (rc != APPLY_OK)
+            goto rollback;
+        if (consume_exec(c, RELEASE_SQL, 0, NULL, NULL, &why2) < 0) {
+            rc = own_statement_failed(c, "RELEASE SAVEPOINT", &why2);
+            goto rollback;
+        }
+        log_warn("event_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
+                 " type=%s: apply failed: %s%s%s%s; recorded in failed_events",
+                 m->event_id, m->topic, m->partition, m->offset, m->type ? m->type : "(none)",
+                 why.message, why.sqlstate[0] ? " (SQLSTATE " : "", why.sqlstate,
+                 why.sqlstate[0] ? ")" : "");
+        failed++;
+        view_free(&v);
+        have_view = false;
+    }
+
+    if (consume_exec(c, "COMMIT", 0, NULL, NULL, &why) < 0)
+        return own_statement_failed(c, "COMMIT", &why);
+    c->stats.applied += applied;
+    c->stats.duplicates += dups;
+    c->stats.failed += failed;
+    c->stats.batches++;
+    log_debug("batch of %zu committed: %" PRIu64 " applied, %" PRIu64 " duplicates, %" PRIu64
+              " failed", n, applied, dups, failed);
+    return APPLY_OK;
+
+rollback:
+    if (have_view)
+        view_free(&v);
+    if (rc != APPLY_CONN && c->pg != NULL && PQstatus(c->pg) == CONNECTION_OK &&
+        consume_exec(c, "ROLLBACK", 0, NULL, NULL, &why) < 0 && consume_classify(c, &why) == FAIL_CONN &&
+        rc != APPLY_FATAL && rc != APPLY_HALT)
+        rc = APPLY_CONN;
+    return rc;
+}
+
+/* Commits the offsets applied and not yet committed (c->pending),
+ * synchronously. A failure (typically "rebalance in progress") is logged,
+ * not fatal: the events are applied, and the offsets stay pending, to be
+ * committed with the next batch or by the retry in the main loop, unless the
+ * partition is revoked first (its next owner then skips the redelivered
+ * events as duplicates). */
+void consume_commit_pending(struct consumer *c)
+{
+    if (c->pending == NULL || c->pending->cnt == 0)
+        return;
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, c->pending, 0);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        log_warn("committing Kafka offsets failed: %s; retrying (the events are applied: "
+                 "a redelivery is skipped as duplicate)", rd_kafka_err2str(err));
+        c->commit_retry_at = consume_now() + COMMIT_RETRY;
+        return;
+    }
+    if (log_enabled(LOG_LEVEL_DEBUG))
+        for (int i = 0; i < c->pending->cnt; i++)
+            log_debug("committed %s[%" PRId32 "] offset %" PRId64, c->pending->elems[i].topic,
+                      c->pending->elems[i].partition, c->pending->elems[i].offset);
+    rd_kafka_topic_partition_list_destroy(c->pending);
+    c->pending = NULL;
+}
+
+/* Adds offset+1 of the last of the first n batch messages of each
+ * partition to the pending offsets, then commits them. */
+static void commit_offsets(struct consumer *c, size_t n)
+{
+    if (n == 0)
+        return;
+    if (c->pending == NULL)
+        c->pending = rd_kafka_topic_partition_list_new((int) n);
+    for (size_t i = 0; i < n; i++) {
+        const rd_kafka_message_t *m = c->batch[i];
+        const char *topic = rd_kafka_topic_name(m->rkt);
+        rd_kafka_topic_partition_t *p =
+            rd_kafka_topic_partition_list_find(c->pending, topic, m->partition);
+        if (p == NULL)
+            p = rd_kafka_topic_partition_list_add(c->pending, topic, m->partition);
+        if (m->offset + 1 > p->offset)
+            p->offset = m->offset + 1;
+    }
+    consume_commit_pending(c);
+}
+
+/* Forgets pending offsets of partitions we no longer own (all when parts is
+ * NULL): committing them now could move another owner's position. */
+void consume_forget_pending(struct consumer *c, const rd_kafka_topic_partition_list_t *parts)
+{
+    if (c->pending == NULL)
+        return;
+    for (int i = c->pending->cnt - 1; i >= 0; i--) {
+        const rd_kafka_topic_partition_t *p = &c->pending->elems[i];
+        if (parts == NULL || rd_kafka_topic_partition_list_find(parts, p->topic, p->partition))
+            rd_kafka_topic_partition_list_del_by_idx(c->pending, i);
+    }
+}
+
+void consume_batch_drop(struct consumer *c, size_t from)
+{
+    for (size_t i = from; i < c->nbatch; i++)
+        rd_kafka_message_destroy(c->batch[i]);
+    if (from < c->nbatch)
+        c->nbatch = from;
+}
+
+/* on_error halt: roll back (done), apply and commit what came before the
+ * failing message so the group's offset points exactly at it, then stop. */
+static void halt_at(struct consumer *c, size_t fail_at)
+{
+    char saved[CONSUMER_ERRLEN];
+    snprintf(saved, sizeof saved, "%s", c->errstr);
+    size_t dummy;
+    if (fail_at > 0) {
+        enum apply_rc rc = apply_batch(c, fail_at, &dummy);
+        if (rc == APPLY_OK)
+            commit_offsets(c, fail_at);
+        else
+            log_warn("could not re-apply the %zu events before the failing one; they are "
+                     "applied by the next run", fail_at);
+    }
+    snprintf(c->errstr, sizeof c->errstr, "%s", saved);
+    c->halted = true;
+    consume_batch_drop(c, 0);
+}
+
+/* Applies the batch in progress, retrying transient failures. Returns true
+ * when the batch is done (applied and offsets committed, or halted/fatal);
+ * false when PostgreSQL is away (the batch is kept) or, when bounded (a
+ * revoke or a stop), when it could not be applied within o.revoke_timeout:
+ * the caller then drops it, committing nothing for it. */
+bool consume_batch_process(struct consumer *c, bool bounded)
+{
+    double backoff = 0.1;
+    int attempts = 0;
+    double started = consume_now();
+    double deadline = started + c->o.revoke_timeout;
+    while (c->nbatch > 0) {
+        if (!c->pg_ready)
+            return false;
+        if (bounded) {
+            double left = deadline - consume_now();
+            if (left <= 0) {
+                log_warn("gave up on the batch in progress (%zu messages) after %.1f s of "
+                         "transient failures (--revoke-timeout)", c->nbatch, consume_now() - started);
+                c->stats.abandoned++;
+                return false;
+            }
+            pg_watchdog_arm(c->watchdog, c->pg, left);
+        }
+        size_t fail_at = 0;
+        enum apply_rc rc = apply_batch(c, c->nbatch, &fail_at);
+        if (rc == APPLY_HALT)
+            halt_at(c, fail_at); /* still under the deadline when bounded */
+        if (bounded && pg_watchdog_disarm(c->watchdog)) {
+            /* The connection was cut: its transaction is rolled back, unless
+             * the cut came after COMMIT returned (rc says so). */
+            if (rc == APPLY_OK) {
+                commit_offsets(c, c->nbatch);
+                consume_batch_drop(c, 0);
+            } else if (rc != APPLY_HALT) {
+                log_warn("gave up on the batch in progress (%zu messages) after %.1f s "
+                         "(--revoke-timeout): PostgreSQL did not finish it, the connection "
+                         "was cut and its transaction rolled back; no offset is committed "
+                         "for it, the next owner of its partitions applies it",
+                         c->nbatch, consume_now() - started);
+                c->stats.abandoned++;
+            }
+            consume_pg_lost(c);
+            return c->nbatch == 0;
+        }
+        switch (rc) {
+        case APPLY_OK:
+            commit_offsets(c, c->nbatch);
+            consume_batch_drop(c, 0);
+            return true;
+        case APPLY_CONN:
+            consume_pg_lost(c);
+            return false;
+        case APPLY_HALT:
+            return true;
+        case APPLY_FATAL:
+            c->fatal = true;
+            consume_batch_drop(c, 0);
+            return true;
+        case APPLY_RETRY:
+            c->stats.retries++;
+            if (*c->stop && ++attempts >= TRANSIENT_RETRIES_ON_STOP) {
+                log_warn("stopping: %zu unapplied messages dropped, their offsets are not "
+                         "committed", c->nbatch);
+                consume_batch_drop(c, 0);
+                return true;
+            }
+            double pause = consume_jitter(backoff);
+            if (bounded && consume_now() + pause > deadline)
+                pause = deadline - consume_now() > 0 ? deadline - consume_now() : 0;
+            consume_sleep(pause);
+            backoff = backoff * 2 > 5 ? 5 : backoff * 2;
+            break;
+        }
+    }
+    return true;
+}

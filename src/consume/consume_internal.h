@@ -1,0 +1,127 @@
+/*
+ * consume_internal.h — what the consumer's three files share, and nothing
+ * the library's users see (their header is include/outbox_relay/consumer.h).
+ *
+ *   consumer.c       the loop, the Kafka callbacks (errors, rebalances) and
+ *                    the lifecycle: consumer_new/run/free
+ *   consume_batch.c  the batch transaction: processed_events, the handler in
+ *                    a savepoint, failed_events, COMMIT, retries, the offset
+ *                    commit after COMMIT, the watchdog on a revoke or a stop
+ *   consume_pg.c     the PostgreSQL connection: connect, on_connect, loss,
+ *                    one statement, how a failure is classified
+ *
+ * Dependencies go one way: consumer.c → consume_batch.c → consume_pg.c.
+ * One thread: every function here runs in the thread of consumer_run().
+ */
+#ifndef OUTBOX_RELAY_CONSUME_INTERNAL_H
+#define OUTBOX_RELAY_CONSUME_INTERNAL_H
+
+#include <librdkafka/rdkafka.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "outbox_relay/consumer.h"
+#include "outbox_relay/pg_watchdog.h"
+
+struct consumer {
+    struct consumer_options o;
+    volatile sig_atomic_t *stop;
+    rd_kafka_t *rk;
+    PGconn *pg;
+    struct pg_watchdog *watchdog; /* bounds the batch of a revoke or a stop */
+    bool pg_ready;         /* connected and on_connect succeeded */
+    bool paused;           /* assigned partitions paused while PostgreSQL is away */
+    bool subscribed;
+    double backoff;        /* s, next reconnect pause */
+    double next_connect;   /* monotonic s */
+    rd_kafka_message_t **batch;
+    size_t nbatch;
+    size_t batch_cap;      /* grows past o.batch only for messages fetched while pausing */
+    double batch_started;  /* monotonic s of the batch's first message */
+    bool halted;
+    bool fatal;
+    int last_kafka_err;
+    double last_kafka_err_at;
+    rd_kafka_topic_partition_list_t *pending; /* applied, offsets not committed yet */
+    double commit_retry_at;
+    struct consumer_stats stats;
+    char errstr[CONSUMER_ERRLEN];
+};
+
+/* How a failed statement or handler is treated. */
+enum failure_class { FAIL_DATA = 0, FAIL_CONN, FAIL_TRANSIENT };
+
+/* ---- small helpers (monotonic clock, pauses, the error buffer) ---- */
+
+static inline double consume_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static inline void consume_sleep(double s)
+{
+    struct timespec ts = {(time_t) s, (long) ((s - (double) (time_t) s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static inline double consume_jitter(double base)
+{
+    return base * (0.5 + (double) rand() / RAND_MAX / 2); /* 50-100 % of base */
+}
+
+__attribute__((format(printf, 2, 3)))
+static inline void consume_set_error(struct consumer *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errstr, sizeof c->errstr, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- consume_pg.c ---- */
+
+/* Connects when due. Returns 0 (connected or not yet due / failed: check
+ * c->pg_ready), or -1 when on_connect failed for good (c->fatal set). */
+int consume_pg_connect(struct consumer *c);
+
+/* Closes the connection (NULL is fine); c->pg_ready false. */
+void consume_pg_close(struct consumer *c);
+
+/* The connection is gone: close it, pause consumption, schedule a retry. */
+void consume_pg_lost(struct consumer *c);
+
+/* Whether a failure is a lost connection, a transient conflict or a data
+ * error (SQLSTATE and the connection's status). */
+enum failure_class consume_classify(const struct consumer *c, const struct consumer_failure *why);
+
+/* Runs one statement; 0 when it succeeded (the affected row count in
+ * *ntuples if asked), -1 with why filled. */
+int consume_exec(struct consumer *c, const char *sql, int nparams, const char *const *params,
+                 long *ntuples, struct consumer_failure *why);
+
+/* ---- consume_batch.c ---- */
+
+/* Applies the batch in progress, retrying transient failures. Returns true
+ * when the batch is done (applied and offsets committed, or halted/fatal);
+ * false when PostgreSQL is away (the batch is kept) or, when bounded (a
+ * revoke or a stop), when it could not be applied within o.revoke_timeout:
+ * the caller then drops it, committing nothing for it. */
+bool consume_batch_process(struct consumer *c, bool bounded);
+
+/* Destroys the batch's messages from index from on. */
+void consume_batch_drop(struct consumer *c, size_t from);
+
+/* Commits the offsets applied and not yet committed (c->pending),
+ * synchronously; a failure is retried later (see consume_batch.c). */
+void consume_commit_pending(struct consumer *c);
+
+/* Forgets pending offsets of partitions we no longer own (all when parts is
+ * NULL): committing them now could move another owner's position. */
+void consume_forget_pending(struct consumer *c, const rd_kafka_topic_partition_list_t *parts);
+
+#endif

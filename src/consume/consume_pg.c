@@ -1,0 +1,164 @@
+/*
+ * consume_pg.c — the consumer's PostgreSQL connection (see
+ * consume_internal.h): connecting with our defaults under the user's DSN,
+ * on_connect (the caller's prepared statements), pausing the assigned
+ * partitions while PostgreSQL is away and resuming them after, one
+ * statement at a time, and how a failure is classified (lost connection,
+ * transient conflict, data error). Nothing here knows about batches.
+ */
+#include "consume_internal.h"
+
+#include <string.h>
+
+#include "outbox_relay/log.h"
+#include "outbox_relay/pgconn.h"
+
+/* Copies text without a trailing newline (libpq's messages end in one). */
+static void copy_trimmed(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+    size_t n = strlen(dst);
+    while (n > 0 && (dst[n - 1] == '\n' || dst[n - 1] == ' '))
+        dst[--n] = '\0';
+}
+
+int consumer_failure_from_result(struct consumer_failure *why, const PGresult *res,
+                                 const PGconn *conn)
+{
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *msg = res ? PQresultErrorMessage(res) : NULL;
+    if (msg == NULL || *msg == '\0')
+        msg = conn ? PQerrorMessage(conn) : "unknown error";
+    snprintf(why->sqlstate, sizeof why->sqlstate, "%s", state ? state : "");
+    copy_trimmed(why->message, sizeof why->message, msg);
+    return CONSUMER_FAIL;
+}
+
+enum failure_class consume_classify(const struct consumer *c, const struct consumer_failure *why)
+{
+    const char *s = why->sqlstate;
+    if (c->pg == NULL || PQstatus(c->pg) != CONNECTION_OK)
+        return FAIL_CONN;
+    if (strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 ||
+        strcmp(s, "57P03") == 0)
+        return FAIL_CONN;
+    if (strcmp(s, "40001") == 0 || strcmp(s, "40P01") == 0 || strcmp(s, "55P03") == 0 ||
+        strncmp(s, "53", 2) == 0)
+        return FAIL_TRANSIENT;
+    return FAIL_DATA;
+}
+
+/* Runs one statement; 0 when it succeeded (the affected row count in
+ * *ntuples if asked), -1 with why filled. */
+int consume_exec(struct consumer *c, const char *sql, int nparams, const char *const *params,
+                    long *ntuples, struct consumer_failure *why)
+{
+    PGresult *res = nparams > 0 || params != NULL
+                        ? PQexecParams(c->pg, sql, nparams, NULL, params, NULL, NULL, 0)
+                        : PQexec(c->pg, sql);
+    ExecStatusType st = PQresultStatus(res);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        consumer_failure_from_result(why, res, c->pg);
+        PQclear(res);
+        return -1;
+    }
+    if (ntuples != NULL)
+        *ntuples = strtol(PQcmdTuples(res), NULL, 10);
+    PQclear(res);
+    return 0;
+}
+
+/* ---- PostgreSQL -------------------------------------------------------- */
+
+void consume_pg_close(struct consumer *c)
+{
+    if (c->pg != NULL)
+        PQfinish(c->pg);
+    c->pg = NULL;
+    c->pg_ready = false;
+}
+
+/* Pauses (or resumes) every assigned partition. */
+static void pause_all(struct consumer *c, bool pause)
+{
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (rd_kafka_assignment(c->rk, &parts) != RD_KAFKA_RESP_ERR_NO_ERROR || parts == NULL)
+        return;
+    if (parts->cnt > 0) {
+        if (pause)
+            rd_kafka_pause_partitions(c->rk, parts);
+        else
+            rd_kafka_resume_partitions(c->rk, parts);
+    }
+    rd_kafka_topic_partition_list_destroy(parts);
+    c->paused = pause;
+}
+
+/* The connection is gone: close it, pause consumption, schedule a retry. */
+void consume_pg_lost(struct consumer *c)
+{
+    consume_pg_close(c);
+    c->stats.reconnects++;
+    if (c->subscribed)
+        pause_all(c, true);
+    c->next_connect = consume_now() + consume_jitter(c->backoff);
+}
+
+/* Server notices (WARNING: terminating connection ...) go through our log,
+ * not straight to stderr. */
+static void on_notice(void *arg, const char *message)
+{
+    char buf[CONSUMER_ERRLEN];
+    copy_trimmed(buf, sizeof buf, message);
+    log_info("postgres: %s", buf);
+}
+
+/* Connects when due. Returns 0 (connected or not yet due / failed: check
+ * c->pg_ready), or -1 when on_connect failed for good (c->fatal set). */
+int consume_pg_connect(struct consumer *c)
+{
+    if (c->pg_ready || consume_now() < c->next_connect)
+        return 0;
+    /* Our defaults, then the DSN (expanded from "dbname"), which overrides
+     * them. Nobody polls Kafka while this blocks, so a server that accepts
+     * and never answers must not hold it (and a rebalance) for long; the
+     * keepalives find a connection whose peer vanished silently. */
+    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout", "dbname",
+                          "fallback_application_name", NULL};
+    const char *vals[] = {"5", "10", "5", "3", PGCONN_TCP_USER_TIMEOUT_MS, c->o.dsn,
+                          "outbox-consume", NULL};
+    c->pg = PQconnectdbParams(keys, vals, 1);
+    if (c->pg != NULL)
+        PQsetNoticeProcessor(c->pg, on_notice, NULL);
+    struct consumer_failure why = {{0}, {0}};
+    if (c->pg == NULL || PQstatus(c->pg) != CONNECTION_OK) {
+        copy_trimmed(why.message, sizeof why.message,
+                     c->pg ? PQerrorMessage(c->pg) : "out of memory");
+        log_warn("cannot connect to PostgreSQL: %s; retrying in about %.1f s", why.message,
+                 c->backoff);
+        goto retry;
+    }
+    if (c->o.on_connect != NULL && c->o.on_connect(c->o.arg, c->pg, &why) != CONSUMER_OK) {
+        if (consume_classify(c, &why) == FAIL_CONN) {
+            log_warn("PostgreSQL connection lost while preparing: %s", why.message);
+            goto retry;
+        }
+        consume_set_error(c, "%s", why.message);
+        c->fatal = true;
+        consume_pg_close(c);
+        return -1;
+    }
+    c->pg_ready = true;
+    c->backoff = 0.5;
+    log_info("connected to PostgreSQL (backend pid %d)", PQbackendPID(c->pg));
+    if (c->paused)
+        pause_all(c, false);
+    return 0;
+
+retry:
+    consume_pg_close(c);
+    c->next_connect = consume_now() + consume_jitter(c->backoff);
+    c->backoff = c->backoff * 2 > c->o.reconnect_max ? c->o.reconnect_max : c->backoff * 2;
+    return 0;
+}
