@@ -18,6 +18,7 @@
 #include "outbox_relay/log.h"
 #include "outbox_relay/maint.h"
 #include "outbox_relay/metrics.h"
+#include "outbox_relay/metrics_http.h"
 #include "outbox_relay/relay.h"
 #include "outbox_relay/signals.h"
 #include "outbox_relay/status.h"

@@ -1,19 +1,12 @@
 /*
- * metrics.h — the metrics registry and its HTTP endpoint.
+ * metrics.h — the metrics registry and its Prometheus text exposition.
  *
  * The registry is written by the relay thread (events, deliveries,
  * in-flight, confirmed LSN), by the maintenance thread (slot lag, WAL
  * status, reaper, table size) and read by the HTTP server's thread, so every
  * call here is thread-safe. Rendering follows the Prometheus text exposition
- * format (version 0.0.4) with base units (seconds, bytes).
- *
- * The HTTP endpoint (libmicrohttpd, its own thread) serves:
- *   /metrics  the registry as Prometheus text
- *   /healthz  200 while the process runs
- *   /readyz   200 when connected to PostgreSQL and Kafka, streaming (not a
- *             standby waiting for the slot), no table of the outbox
- *             unlogged, and slot lag under the threshold; 503 with the
- *             reason otherwise
+ * format (version 0.0.4) with base units (seconds, bytes). No I/O: the
+ * HTTP endpoint that serves it is metrics_http.h.
  */
 #ifndef OUTBOX_RELAY_METRICS_H
 #define OUTBOX_RELAY_METRICS_H
@@ -70,15 +63,5 @@ char *metrics_render(struct metrics *m);
 
 /* True when ready; otherwise false with the reason in why. */
 bool metrics_ready(struct metrics *m, int64_t max_lag_bytes, char *why, size_t whylen);
-
-struct metrics_http;
-
-/* Starts the HTTP endpoint on addr ("HOST:PORT", port 0 = any). Returns NULL
- * with a message in err when it cannot listen. */
-struct metrics_http *metrics_http_start(struct metrics *m, const char *addr,
-                                        int64_t max_lag_bytes, char *err, size_t errlen);
-/* The port actually bound (useful with port 0). */
-int metrics_http_port(const struct metrics_http *h);
-void metrics_http_stop(struct metrics_http *h);
 
 #endif
