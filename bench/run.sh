@@ -26,7 +26,7 @@
 #   huge    one 1,000,000-row transaction: time and relayer peak RSS;
 #   load    producer transactions/s (pgbench, bench/producer.pgbench) and WAL
 #           bytes per event with no relayer, outbox-relay, polling relayer;
-#   decoder tests/bench/bench_decoder.c: wal2json lines/s on one core.
+#   decoder bench/bench_decoder.c: wal2json lines/s on one core.
 # Medians over repetitions; ratios in the table. Raw numbers and logs stay
 # in the work dir when BENCH_KEEP=1 or when the run fails.
 #
@@ -254,14 +254,14 @@ cc "${CFLAGS[@]}" -o "$bin/polling-relayer" "$repo/bench/polling_relayer.c" \
 cc "${CFLAGS[@]}" -shared -fPIC -o "$bin/libnodelay.so" "$repo/tests/tools/nodelay_preload.c" -ldl
 cc "${CFLAGS[@]}" -o "$bin/bench-w2j-latency" "$repo/bench/w2j_latency.c" \
     "$build/liboutbox_relay_core.a" $(pkg-config --libs rdkafka) -lm
-if has_phase decoder && [ -f "$repo/tests/bench/bench_decoder.c" ]; then
+if has_phase decoder && [ -f "$repo/bench/bench_decoder.c" ]; then
     # The tests' own target when the build has it, else the same compile.
     if cmake --build "$build" --target bench-decoder >/dev/null 2>&1 &&
         [ -x "$build/tests/bench-decoder" ]; then
         cp "$build/tests/bench-decoder" "$bin/bench-decoder"
     else
         cc "${CFLAGS[@]}" -DFIXTURES_DIR="\"$repo/tests/fixtures\"" -o "$bin/bench-decoder" \
-            "$repo/tests/bench/bench_decoder.c" "$build/liboutbox_relay_core.a" \
+            "$repo/bench/bench_decoder.c" "$build/liboutbox_relay_core.a" \
             $(pkg-config --libs rdkafka libpq libmicrohttpd) -lpthread -lm
     fi
 fi
@@ -822,7 +822,7 @@ phase_load() {
 
 phase_decoder() {
     if [ ! -x "$bin/bench-decoder" ]; then
-        log "decoder: tests/bench/bench_decoder.c not found, skipped"
+        log "decoder: bench/bench_decoder.c not found, skipped"
         return
     fi
     "$bin/bench-decoder" "$repo/tests/fixtures/wal2json/typical_insert.jsonl" "$DEC_ITER" \
