@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/pgconn.h"
 
@@ -43,13 +43,6 @@ struct marker {
     char max_id[ID_MAX], done_id[ID_MAX];
     unsigned long long rows;
 };
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 int backfill_parse_state(const char *s, enum backfill_state *out)
 {

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
 #include "outbox_relay/pgconn.h"
@@ -67,13 +68,6 @@ struct maint {
     double last_conn_warn;
     double last_query_warn;
 };
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 static bool stopping(struct maint *mt)
 {
@@ -438,7 +432,7 @@ static void *maint_main(void *arg)
                     mt->last_conn_warn = now;
                 }
                 was_connected = false;
-                sleep_until(mt, now + backoff * (0.5 + (double) rand() / RAND_MAX / 2));
+                sleep_until(mt, now + jitter(backoff));
                 backoff = backoff * 2 > cfg->reconnect_max ? cfg->reconnect_max : backoff * 2;
                 continue;
             }

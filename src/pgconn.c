@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
+
+#include "outbox_relay/clock.h"
 
 /* Our defaults, then the user's DSN ("dbname" with expand_dbname = 1 takes
  * a whole connection string), which comes last so that it can override
@@ -34,13 +35,6 @@ static void fill(const char **vals, const char *dsn, const char *application_nam
     vals[K_DSN] = dsn;
     vals[K_REPLICATION] = replication; /* NULL ends the list here */
     vals[K_END] = NULL;
-}
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
 static void one_line(char *s)

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
 
 #define POLL_SLICE 0.1       /* s between confirmed_flush_lsn polls */
@@ -60,13 +61,6 @@ struct reap {
     bool slots_table; /* public.outbox_relay_slots exists */
     char mark_x[24]; /* res->used.xmin as decimal text, for the queries */
 };
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 static bool stopping(const struct reap *r)
 {
