@@ -20,6 +20,7 @@
 
 #include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/pgconn.h"
 
 #define POLL_SLICE 0.1       /* s between confirmed_flush_lsn polls */
 #define LOCK_TIMEOUT "5s"    /* waiting for a lock on the outbox or a partition */
@@ -60,6 +61,7 @@ struct reap {
     const char *slot;
     bool slots_table; /* public.outbox_relay_slots exists */
     char mark_x[24]; /* res->used.xmin as decimal text, for the queries */
+    char pqmsg[REAPER_ERRLEN]; /* pq_reason's buffer */
 };
 
 static bool stopping(const struct reap *r)
@@ -96,14 +98,17 @@ static int set_err(struct reap *r, int rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(r->err, r->errlen, fmt, ap);
     va_end(ap);
-    /* libpq messages end in a newline; one-line logs read better. */
-    size_t n = strlen(r->err);
-    while (n > 0 && (r->err[n - 1] == '\n' || r->err[n - 1] == ' '))
-        r->err[--n] = '\0';
-    for (char *p = r->err; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
     return rc;
+}
+
+/* The server's reason for the last failure on r's connection, as one line
+ * (pgconn_error), or "connection lost". Valid until the next call. */
+static const char *pq_reason(struct reap *r)
+{
+    if (PQstatus(r->conn) != CONNECTION_OK)
+        return "connection lost";
+    pgconn_error(r->conn, r->pqmsg, sizeof r->pqmsg);
+    return r->pqmsg;
 }
 
 /* SQLSTATEs a later retry can cure: serialization failure, deadlock, lock
@@ -128,7 +133,7 @@ static PGresult *run(struct reap *r, ExecStatusType want, int *rc, const char *w
     bool lost = PQstatus(r->conn) != CONNECTION_OK;
     *rc = lost || transient(res) ? REAPER_RETRY : REAPER_FATAL;
     set_err(r, *rc, "reaper: %s failed: %s", what,
-            lost ? "connection lost" : PQerrorMessage(r->conn));
+            pq_reason(r));
     PQclear(res);
     return NULL;
 }
@@ -284,7 +289,7 @@ static int take_mark(struct reap *r, struct reaper_mark *m)
              : lost || transient(res)     ? REAPER_RETRY
                                           : REAPER_FATAL;
         set_err(r, rc, "cannot store a mark in " REAPER_MARKS_TABLE ": %s",
-                lost ? "connection lost" : PQerrorMessage(r->conn));
+                pq_reason(r));
         goto fail;
     }
     PQclear(res);
@@ -356,14 +361,14 @@ static int choose_mark(struct reap *r)
         if (!lost && marks_unusable(res)) {
             r->res->marks_off = true;
             set_err(r, 0, "cannot read the marks in " REAPER_MARKS_TABLE ": %s",
-                    PQerrorMessage(r->conn));
+                    pq_reason(r));
             snprintf(r->res->marks_err, sizeof r->res->marks_err, "%s", r->err);
             r->err[0] = '\0';
             rc = 0;
         } else {
             rc = set_err(r, lost || transient(res) ? REAPER_RETRY : REAPER_FATAL,
                          "reaper: reading the marks failed: %s",
-                         lost ? "connection lost" : PQerrorMessage(r->conn));
+                         pq_reason(r));
         }
     } else if (PQntuples(res) == 1) {
         if ((rc = result_lsn(r, res, 0, &r->res->used.insert_lsn)) == 0 &&
