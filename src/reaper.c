@@ -159,6 +159,23 @@ int reap_backfill_holds(struct reap *r)
     return holds;
 }
 
+int reaper_build_delete(const char *table, bool partitioned, char *buf, size_t cap)
+{
+    int n;
+    if (partitioned)
+        n = snprintf(buf, cap,
+                     "DELETE FROM %s AS o USING (SELECT i.tableoid AS toid, i.ctid AS tid FROM "
+                     "%s AS i, " SNAP_TOP " WHERE i.created_at < now() - $1::interval AND "
+                     XMIN64("i") " < $3::bigint ORDER BY i.created_at LIMIT $2::bigint) "
+                     "AS x WHERE o.tableoid = x.toid AND o.ctid = x.tid", table, table);
+    else
+        n = snprintf(buf, cap,
+                     "DELETE FROM %s WHERE ctid = ANY (ARRAY (SELECT i.ctid FROM %s AS i, "
+                     SNAP_TOP " WHERE i.created_at < now() - $1::interval AND " XMIN64("i")
+                     " < $3::bigint ORDER BY i.created_at LIMIT $2::bigint))", table, table);
+    return n < 0 || (size_t) n >= cap ? -1 : n;
+}
+
 /* One batch on `table` (quoted): deletes up to `batch` expired rows whose
  * xmin is below the used mark's X. partitioned: the table is partitioned
  * (but not by range on created_at), so ctid alone does not name a row.
@@ -179,17 +196,10 @@ static long reap_batch(struct reap *r, const char *table, bool partitioned)
         reap_rollback(r);
         return rc < 0 ? rc : 0;
     }
-    if (partitioned)
-        snprintf(sql, sizeof sql,
-                 "DELETE FROM %s AS o USING (SELECT i.tableoid AS toid, i.ctid AS tid FROM %s AS i, "
-                 SNAP_TOP " WHERE i.created_at < now() - $1::interval AND " XMIN64("i")
-                 " < $3::bigint ORDER BY i.created_at LIMIT $2::bigint) "
-                 "AS x WHERE o.tableoid = x.toid AND o.ctid = x.tid", table, table);
-    else
-        snprintf(sql, sizeof sql,
-                 "DELETE FROM %s WHERE ctid = ANY (ARRAY (SELECT i.ctid FROM %s AS i, " SNAP_TOP
-                 " WHERE i.created_at < now() - $1::interval AND " XMIN64("i")
-                 " < $3::bigint ORDER BY i.created_at LIMIT $2::bigint))", table, table);
+    if (reaper_build_delete(table, partitioned, sql, sizeof sql) < 0) {
+        rc = reap_err(r, REAPER_FATAL, "reaper: the DELETE for %s is too long", table);
+        goto fail;
+    }
     PGresult *res = reap_exec(r, PGRES_COMMAND_OK, &rc, "DELETE", sql, 3, params);
     if (res == NULL)
         goto fail;

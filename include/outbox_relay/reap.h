@@ -50,6 +50,14 @@ struct reap {
     char pqmsg[REAPER_ERRLEN]; /* pq_reason's buffer */
 };
 
+/* Builds the DELETE of one batch on table (quoted) into buf (capacity
+ * cap): at most $2 rows older than now() - $1 (the retention) whose xmin,
+ * widened to 64 bits, is below $3 (the used mark's X), oldest first.
+ * partitioned: rows are named by (tableoid, ctid), as ctid alone is not
+ * unique across partitions. Pure; exposed for tests. Returns the length or
+ * -1 when buf is too small. */
+int reaper_build_delete(const char *table, bool partitioned, char *buf, size_t cap);
+
 /* Whether should_stop asks to stop (never in reaper_take_mark). */
 bool reap_stopping(const struct reap *r);
 
