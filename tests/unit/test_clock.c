@@ -1,6 +1,6 @@
 /*
  * test_clock.c — the one monotonic clock never goes back and advances with
- * a sleep; jitter stays within 50-100 % of its base and does spread.
+ * a sleep; a deadline lies that far ahead, normalized; jitter stays within 50-100 % of its base and does spread.
  */
 #include <time.h>
 
@@ -22,6 +22,23 @@ static void test_mono_now(void)
     }
 }
 
+static void test_mono_deadline(void)
+{
+    struct timespec now, d = mono_deadline(1.75);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double left = (double) (d.tv_sec - now.tv_sec) + (double) (d.tv_nsec - now.tv_nsec) / 1e9;
+    CHECK(left > 1.7 && left <= 1.75);
+    CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    d = mono_deadline(-3); /* the past is now */
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    left = (double) (d.tv_sec - now.tv_sec) + (double) (d.tv_nsec - now.tv_nsec) / 1e9;
+    CHECK(left <= 0 && left > -0.5);
+    for (int i = 0; i < 100; i++) {
+        d = mono_deadline(i * 0.0999);
+        CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    }
+}
+
 static void test_jitter(void)
 {
     double lo = 1e9, hi = 0;
@@ -40,6 +57,7 @@ static void test_jitter(void)
 int main(void)
 {
     test_mono_now();
+    test_mono_deadline();
     test_jitter();
     CHECK_DONE();
 }
