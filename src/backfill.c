@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/pgconn.h"
 
@@ -44,13 +44,6 @@ struct marker {
     unsigned long long rows;
 };
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 int backfill_parse_state(const char *s, enum backfill_state *out)
 {
     if (s == NULL || *s == '\0')
@@ -75,12 +68,6 @@ static int fail(struct backfill *b, int rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(b->errstr, sizeof b->errstr, fmt, ap);
     va_end(ap);
-    size_t n = strlen(b->errstr);
-    while (n > 0 && (b->errstr[n - 1] == '\n' || b->errstr[n - 1] == ' '))
-        b->errstr[--n] = '\0';
-    for (char *p = b->errstr; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
     return rc;
 }
 
@@ -144,9 +131,11 @@ static PGresult *run(struct backfill *b, ExecStatusType want, int *rc, const cha
     if (PQresultStatus(res) == want)
         return res;
     bool lost = PQstatus(b->conn) != CONNECTION_OK;
+    char msg[512] = "connection lost";
+    if (!lost)
+        pgconn_error(b->conn, msg, sizeof msg);
     *rc = lost ? BACKFILL_RETRY : BACKFILL_FATAL;
-    fail(b, *rc, "slot=%s: backfill: %s failed: %s", b->slot, what,
-         lost ? "connection lost" : PQerrorMessage(b->conn));
+    fail(b, *rc, "slot=%s: backfill: %s failed: %s", b->slot, what, msg);
     PQclear(res);
     if (lost)
         close_conn(b);
@@ -381,9 +370,11 @@ static int write_progress(struct backfill *b, const char *done_id, unsigned long
     bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
     const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
     bool lock_timeout = state != NULL && strcmp(state, "55P03") == 0;
-    if (!ok && PQstatus(b->conn) == CONNECTION_OK && !lock_timeout)
-        log_warn("slot=%s: backfill: cannot record the progress (%s)", b->slot,
-                 PQresultErrorMessage(res));
+    if (!ok && PQstatus(b->conn) == CONNECTION_OK && !lock_timeout) {
+        char msg[512];
+        pgconn_result_error(res, msg, sizeof msg);
+        log_warn("slot=%s: backfill: cannot record the progress (%s)", b->slot, msg);
+    }
     PQclear(res);
     if (PQstatus(b->conn) == CONNECTION_OK && PQtransactionStatus(b->conn) != PQTRANS_IDLE)
         PQclear(PQexec(b->conn, "ROLLBACK"));
@@ -429,8 +420,10 @@ static PGresult *data_exec(struct backfill *b, PGconn *conn, ExecStatusType want
     PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) == want)
         return res;
+    char msg[512];
+    pgconn_error(conn, msg, sizeof msg);
     *rc = PQstatus(conn) == CONNECTION_OK ? BACKFILL_FATAL : BACKFILL_RETRY;
-    fail(b, *rc, "slot=%s: backfill: %s failed: %s", b->slot, what, PQerrorMessage(conn));
+    fail(b, *rc, "slot=%s: backfill: %s failed: %s", b->slot, what, msg);
     PQclear(res);
     return NULL;
 }
@@ -490,8 +483,8 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
     qschema = PQescapeIdentifier(conn, b->table_schema, strlen(b->table_schema));
     qtable = PQescapeIdentifier(conn, b->table_name, strlen(b->table_name));
     if (qschema == NULL || qtable == NULL) {
-        rc = fail(b, BACKFILL_RETRY, "slot=%s: backfill: cannot quote names: %s", b->slot,
-                  PQerrorMessage(conn));
+        pgconn_error(conn, err, sizeof err);
+        rc = fail(b, BACKFILL_RETRY, "slot=%s: backfill: cannot quote names: %s", b->slot, err);
         goto done;
     }
     if ((res = data_exec(b, conn, PGRES_COMMAND_OK, &rc, "BEGIN",

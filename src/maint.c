@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
 #include "outbox_relay/pgconn.h"
@@ -68,13 +69,6 @@ struct maint {
     double last_query_warn;
 };
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 static bool stopping(struct maint *mt)
 {
     return atomic_load(&mt->stop) || (mt->signal_stop != NULL && *mt->signal_stop);
@@ -89,17 +83,10 @@ static void sleep_until(struct maint *mt, double until)
         double now = mono_now();
         if (now >= until)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
         double left = until - now;
         if (left > 0.2)
             left = 0.2;
-        ts.tv_sec += (time_t) left;
-        ts.tv_nsec += (long) ((left - (double) (time_t) left) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = mono_deadline(left);
         pthread_cond_timedwait(&mt->cv, &mt->mu, &ts);
     }
     pthread_mutex_unlock(&mt->mu);
@@ -378,13 +365,7 @@ static void *watchdog_main(void *arg)
             shutdown(mt->reap_fd, SHUT_RDWR);
             mt->reap_deadline = 0;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 500000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = mono_deadline(0.5);
         pthread_cond_timedwait(&mt->cv, &mt->mu, &ts);
     }
     pthread_mutex_unlock(&mt->mu);
@@ -438,7 +419,7 @@ static void *maint_main(void *arg)
                     mt->last_conn_warn = now;
                 }
                 was_connected = false;
-                sleep_until(mt, now + backoff * (0.5 + (double) rand() / RAND_MAX / 2));
+                sleep_until(mt, now + jitter(backoff));
                 backoff = backoff * 2 > cfg->reconnect_max ? cfg->reconnect_max : backoff * 2;
                 continue;
             }
@@ -557,14 +538,7 @@ bool maint_stop(struct maint *mt, double timeout)
         PQcancel(mt->cancel, buf, sizeof buf); /* a query in progress ends now */
     }
     pthread_cond_broadcast(&mt->cv);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t) timeout;
-    ts.tv_nsec += (long) ((timeout - (double) (time_t) timeout) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = mono_deadline(timeout);
     while (!mt->done)
         if (pthread_cond_timedwait(&mt->cv, &mt->mu, &ts) == ETIMEDOUT)
             break;

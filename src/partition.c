@@ -275,8 +275,9 @@ static int lookup(struct partition_map *pm, const char *name, lsn_t at,
             pm->guard_log = strcmp(PQgetvalue(g, 0, 0), "t") == 0;
         PQclear(g);
         if (pm->guard_log < 0) {
-            snprintf(err, errlen, "cannot look the guard log up: %.400s",
-                     *m ? m : PQerrorMessage(pm->conn));
+            if (*m == '\0')
+                pgconn_error(pm->conn, m, sizeof m);
+            snprintf(err, errlen, "cannot look the guard log up: %.400s", m);
             return -1;
         }
     }

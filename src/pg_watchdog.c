@@ -17,6 +17,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "outbox_relay/clock.h"
+
 struct pg_watchdog {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -114,17 +116,7 @@ fail_alloc:
 
 void pg_watchdog_arm(struct pg_watchdog *w, PGconn *conn, double seconds)
 {
-    struct timespec d;
-    clock_gettime(CLOCK_MONOTONIC, &d);
-    if (seconds < 0)
-        seconds = 0;
-    time_t whole = (time_t) seconds;
-    d.tv_sec += whole;
-    d.tv_nsec += (long) ((seconds - (double) whole) * 1e9);
-    if (d.tv_nsec >= 1000000000L) {
-        d.tv_sec++;
-        d.tv_nsec -= 1000000000L;
-    }
+    struct timespec d = mono_deadline(seconds);
     PGcancel *cancel = PQgetCancel(conn); /* NULL is fine: no cancel request */
     pthread_mutex_lock(&w->mu);
     if (w->cancel != NULL)

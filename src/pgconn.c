@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
+
+#include "outbox_relay/clock.h"
 
 /* Our defaults, then the user's DSN ("dbname" with expand_dbname = 1 takes
  * a whole connection string), which comes last so that it can override
@@ -36,27 +37,25 @@ static void fill(const char **vals, const char *dsn, const char *application_nam
     vals[K_END] = NULL;
 }
 
-static double mono_now(void)
+void pgconn_trim(char *buf, size_t cap, const char *msg)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
-static void one_line(char *s)
-{
-    size_t n = strlen(s);
-    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' '))
-        s[--n] = '\0';
-    for (; *s; s++)
-        if (*s == '\n')
-            *s = ' ';
+    snprintf(buf, cap, "%s", msg ? msg : "");
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    for (char *p = buf; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
 }
 
 void pgconn_error(const PGconn *conn, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s", PQerrorMessage(conn));
-    one_line(buf);
+    pgconn_trim(buf, cap, conn ? PQerrorMessage(conn) : "out of memory");
+}
+
+void pgconn_result_error(const PGresult *res, char *buf, size_t cap)
+{
+    pgconn_trim(buf, cap, res ? PQresultErrorMessage(res) : "out of memory");
 }
 
 /* Takes a connection that did not come up: its reason into err, then frees

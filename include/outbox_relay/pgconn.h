@@ -61,8 +61,15 @@ PGconn *pgconn_open_interruptible(const char *dsn, const char *application_name,
 PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       double timeout, char *err, size_t errlen);
 
-/* Copies conn's last error message into buf (capacity cap) as one line:
- * newlines become spaces, trailing ones are dropped. */
+/* Copies a libpq message (NULL: "") into buf (capacity cap) as one line:
+ * newlines become spaces, trailing ones are dropped. The one trimmer of
+ * libpq's messages: every file says a server's reason through it. */
+void pgconn_trim(char *buf, size_t cap, const char *msg);
+
+/* pgconn_trim of conn's last error message (NULL conn: "out of memory"). */
 void pgconn_error(const PGconn *conn, char *buf, size_t cap);
+
+/* pgconn_trim of res's error message (NULL res: "out of memory"). */
+void pgconn_result_error(const PGresult *res, char *buf, size_t cap);
 
 #endif

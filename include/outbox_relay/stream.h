@@ -1,7 +1,8 @@
 /*
  * stream.h — the replication stream: owns the libpq connection in
- * replication=database mode, the slot checks, START_REPLICATION with the
- * wal2json options, reading CopyData frames and sending status updates.
+ * replication=database mode, on which it has the slot checked and created
+ * (slot.h), then START_REPLICATION with the output plugin's options,
+ * reading CopyData frames and sending status updates.
  *
  * Errors are split into what a retry can cure (server down, connection
  * lost: STREAM_RETRY), a slot busy with another process (STREAM_BUSY: wait,

@@ -64,9 +64,28 @@ static void test_open_reports_one_line(void)
     CHECK(*err != '\0' && strchr(err, '\n') == NULL);
 }
 
+/* The one trimmer: libpq's multi-line messages become one log line. */
+static void test_trim(void)
+{
+    char buf[64];
+    pgconn_trim(buf, sizeof buf, "ERROR:  relation \"x\" does not exist\nLINE 1: SELECT\n\n");
+    CHECK(strcmp(buf, "ERROR:  relation \"x\" does not exist LINE 1: SELECT") == 0);
+    pgconn_trim(buf, sizeof buf, NULL);
+    CHECK(strcmp(buf, "") == 0);
+    pgconn_trim(buf, sizeof buf, "no newline");
+    CHECK(strcmp(buf, "no newline") == 0);
+    pgconn_trim(buf, 8, "truncated message\n");
+    CHECK(strcmp(buf, "truncat") == 0);
+    pgconn_error(NULL, buf, sizeof buf);
+    CHECK(strcmp(buf, "out of memory") == 0);
+    pgconn_result_error(NULL, buf, sizeof buf);
+    CHECK(strcmp(buf, "out of memory") == 0);
+}
+
 int main(void)
 {
     test_defaults_and_overrides();
     test_open_reports_one_line();
+    test_trim();
     CHECK_DONE();
 }
