@@ -231,11 +231,18 @@ def test_retriable_broker_errors_during_backfill(pg, broker, kafka, relayer, cod
     first arrivals per aggregate stay in order."""
     pending = seed(pg)
     args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--backfill", "pending"]
-    broker.cmd("rtt -1 200")
+    # Slow acknowledgements (the 60,000 rows take at least six round trips
+    # of the 10,000-event window, so 6 s or more), and the error injected as
+    # soon as the marker records a first acknowledged batch: mid-backfill on
+    # any machine, where waiting for a share of the rows to show up in Kafka
+    # let a fast backfill finish first.
+    broker.cmd("rtt -1 1000")
     prod = Producers(pg).start()
     p = relayer(*args)
     p.wait_for_log(r"backfill: publishing", timeout=60)
-    count_in_kafka(kafka, len(pending) // 4, timeout=120)
+    harness.wait_until(lambda: (marker(pg) or {}).get("backfill_done_id") is not None,
+                       timeout=120, message="a first acknowledged backfill batch")
+    assert (marker(pg) or {}).get("backfill_state") == "running", marker(pg)
     broker.cmd("error 0 %d 3" % code)
     p.wait_for_log(r"backfill: delivery failed .*the backfill is resumed", timeout=60)
     broker.cmd("rtt -1 0")
