@@ -22,12 +22,14 @@
  * non-boolean columns (text, uuid, jsonb, timestamptz) arrive as JSON
  * strings, escaped; jsonb payloads must be unescaped to get PostgreSQL's text.
  *
- * Two layers:
- *   w2j_parse()        scans one line into a struct w2j_record whose
- *                      strings point into the caller's line (zero copy),
- *                      unescaping column values and content in passing;
- *   w2j_event_decode() maps an "I" record of the outbox table (or an "M"
- *                      record) to a struct outbox_event, unescaping into a
+ * Two layers, on top of the JSON scanner jscan.h:
+ *   w2j_parse()        (w2j.c) scans one line into a struct w2j_record
+ *                      whose strings point into the caller's line (zero
+ *                      copy), unescaping column values and content in
+ *                      passing;
+ *   w2j_event_decode() (w2j_event.c) maps an "I" record of the outbox table
+ *                      (or an "M" record) to a struct outbox_event
+ *                      (outbox_event.h, plugin-neutral), unescaping into a
  *                      scratch buffer owned by a struct w2j_scratch.
  */
 #ifndef OUTBOX_RELAY_W2J_H
