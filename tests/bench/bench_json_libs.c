@@ -14,7 +14,10 @@
  * serialise the payload back). Timestamps go through outbox_timestamp_us()
  * for everyone. Per decoder and file: CPU time per line, median of RUNS.
  *
- * Usage: bench-json-libs [ITERATIONS [RUNS]]   (default 200000 lines, 5)
+ * Usage: bench-json-libs [ITERATIONS [RUNS [FILE...]]]
+ *   (default 200000 lines per run, fewer of lines longer than 800 bytes,
+ *   5 runs, the captured typical_insert.jsonl,
+ *   outbox.jsonl and large.jsonl of tests/fixtures/wal2json)
  * Built only when pkg-config finds jansson and/or yajl (tests/CMakeLists).
  */
 #include <stdbool.h>
@@ -358,9 +361,14 @@ int main(int argc, char **argv)
 #endif
     printf("| lines | decoder | ns per line | lines/s | vs outbox-relay |\n");
     printf("|---|---|---:|---:|---:|\n");
-    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+    size_t nfiles = argc > 3 ? (size_t) argc - 3 : sizeof files / sizeof files[0];
+    for (size_t f = 0; f < nfiles; f++) {
         char path[512];
-        snprintf(path, sizeof path, "%s/wal2json/%s", FIXTURES_DIR, files[f]);
+        if (argc > 3)
+            snprintf(path, sizeof path, "%s", argv[3 + f]);
+        else
+            snprintf(path, sizeof path, "%s/wal2json/%s", FIXTURES_DIR, files[f]);
+        const char *fname = strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path;
         FILE *fp = fopen(path, "rb");
         if (fp == NULL) {
             perror(path);
@@ -385,7 +393,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < nlines; i++) {
             struct out ref = {0};
             if (ours(lp[i], ll[i], &ref) < 0) {
-                fprintf(stderr, "%s:%zu: our decoder fails\n", files[f], i + 1);
+                fprintf(stderr, "%s:%zu: our decoder fails\n", fname, i + 1);
                 return 1;
             }
             /* bad events: the libraries would need our checks added (nesting
@@ -393,30 +401,36 @@ int main(int argc, char **argv)
             for (size_t d = 1; d < NDEC && ref.action != 'E'; d++) {
                 struct out o = {0};
                 if (decoders[d].fn(lp[i], ll[i], &o) < 0 || !agree(&ref, &o)) {
-                    fprintf(stderr, "%s:%zu: %s disagrees\n", files[f], i + 1, decoders[d].name);
+                    fprintf(stderr, "%s:%zu: %s disagrees\n", fname, i + 1, decoders[d].name);
                     return 1;
                 }
             }
         }
+        /* ITERATIONS lines of ~800 bytes' worth: fewer of the big ones */
+        long iters = (long) ((double) iterations * 800.0 / (double) (bytes / nlines));
+        if (iters > iterations)
+            iters = iterations;
+        if (iters < 10)
+            iters = 10;
         double base = 0;
         for (size_t d = 0; d < NDEC; d++) {
             double ns[64];
             for (int r = 0; r < runs; r++) {
                 double t0 = cpu_s();
-                for (long k = 0; k < iterations; k++) {
+                for (long k = 0; k < iters; k++) {
                     struct out o;
                     size_t i = (size_t) k % nlines;
                     if (decoders[d].fn(lp[i], ll[i], &o) < 0)
                         return 1;
                     sink += o.action;
                 }
-                ns[r] = (cpu_s() - t0) * 1e9 / (double) iterations;
+                ns[r] = (cpu_s() - t0) * 1e9 / (double) iters;
             }
             qsort(ns, (size_t) runs, sizeof ns[0], cmp_double);
             double med = ns[runs / 2];
             if (d == 0)
                 base = med;
-            printf("| %s (%zu, %zu B avg) | %s | %.0f | %.0f | %.2fx |\n", files[f], nlines,
+            printf("| %s (%zu, %zu B avg) | %s | %.0f | %.0f | %.2fx |\n", fname, nlines,
                    bytes / nlines, decoders[d].name, med, 1e9 / med, med / base);
             fflush(stdout);
         }
