@@ -22,12 +22,14 @@
  * non-boolean columns (text, uuid, jsonb, timestamptz) arrive as JSON
  * strings, escaped; jsonb payloads must be unescaped to get PostgreSQL's text.
  *
- * Two layers:
- *   w2j_parse()        scans one line into a struct w2j_record whose
- *                      strings point into the caller's line (zero copy),
- *                      unescaping column values and content in passing;
- *   w2j_event_decode() maps an "I" record of the outbox table (or an "M"
- *                      record) to a struct outbox_event, unescaping into a
+ * Two layers, on top of the JSON scanner jscan.h:
+ *   w2j_parse()        (w2j.c) scans one line into a struct w2j_record
+ *                      whose strings point into the caller's line (zero
+ *                      copy), unescaping column values and content in
+ *                      passing;
+ *   w2j_event_decode() (w2j_event.c) maps an "I" record of the outbox table
+ *                      (or an "M" record) to a struct outbox_event
+ *                      (outbox_event.h, plugin-neutral), unescaping into a
  *                      scratch buffer owned by a struct w2j_scratch.
  */
 #ifndef OUTBOX_RELAY_W2J_H
@@ -37,29 +39,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "outbox_relay/jscan.h"
 #include "outbox_relay/lsn.h"
+#include "outbox_relay/outbox_event.h"
 
 #define W2J_MAX_COLUMNS 128
 #define W2J_ERRLEN 256
 
-enum w2j_vtype {
-    W2J_ABSENT = 0, /* key not present in the line */
-    W2J_NULL,
-    W2J_BOOL,
-    W2J_NUMBER,
-    W2J_STRING,
-    W2J_OTHER /* object or array (kept raw) */
-};
-
-/* A JSON value inside a line. For W2J_STRING, ptr/len span the raw bytes
- * between the quotes (still escaped); escaped is true when they contain a
- * backslash. For other types ptr/len span the raw token. */
-struct w2j_value {
-    enum w2j_vtype type;
-    bool escaped;
-    const char *ptr;
-    size_t len;
-};
+/* A JSON value inside a line: jscan's token (jscan.h), under the names the
+ * callers of this decoder have always used. For W2J_STRING, ptr/len span
+ * the raw bytes between the quotes (still escaped); escaped is true when
+ * they contain a backslash. For other types ptr/len span the raw token. */
+#define w2j_vtype jscan_type
+#define w2j_value jscan_value
+#define W2J_ABSENT JSCAN_ABSENT /* key not present in the line */
+#define W2J_NULL JSCAN_NULL
+#define W2J_BOOL JSCAN_BOOL
+#define W2J_NUMBER JSCAN_NUMBER
+#define W2J_STRING JSCAN_STRING
+#define W2J_OTHER JSCAN_OTHER /* object or array (kept raw) */
 
 /* The unescaped text of an escaped string value, which w2j_parse() writes
  * into the record while it scans the value, so that w2j_event_decode() does
@@ -127,39 +125,8 @@ int w2j_unescape(const struct w2j_value *v, char *dst, size_t dstcap, size_t *ou
  * the Unix epoch. Returns 0, or -1 if the text is not such a timestamp. */
 int w2j_timestamp_us(const struct w2j_value *v, int64_t *unix_us);
 
-/* One outbox event, ready for the Kafka sink. Strings are NOT NUL-terminated
- * and point into the line or into the scratch buffer used to decode it; they
- * stay valid until the next w2j_event_decode() on the same scratch or until
- * the line is freed. A NULL ptr means SQL NULL. */
-struct outbox_event {
-    char event_id[32];       /* NUL-terminated: decimal row id, or for a
-                                logical message "m-<LSN hex 16 digits>" */
-    const char *aggregate_id; size_t aggregate_id_len;
-    const char *type;         size_t type_len;
-    const char *payload;      size_t payload_len;
-    const char *created_at;   size_t created_at_len;
-    lsn_t lsn;               /* the change's "lsn" */
-};
-
-/* Scratch memory for unescaping. Owned by the caller; grows as needed. */
-struct w2j_scratch {
-    char *buf;
-    size_t len; /* bytes used by the current event */
-    size_t cap;
-};
-
-void w2j_scratch_free(struct w2j_scratch *s);
-
-/* Column names of the outbox table (the seed schema's by default). */
-struct w2j_columns_map {
-    const char *id;           /* "id" */
-    const char *aggregate_id; /* "aggregate_id" */
-    const char *type;         /* "type" */
-    const char *payload;      /* "payload" */
-    const char *created_at;   /* "created_at" */
-};
-
-extern const struct w2j_columns_map W2J_DEFAULT_COLUMNS;
+/* struct outbox_event, struct w2j_scratch, struct w2j_columns_map and
+ * W2J_DEFAULT_COLUMNS are in outbox_event.h (plugin-neutral). */
 
 /* Maps an 'I' record of the outbox table to an event.
  * - id must be a JSON number (integer) or a string of digits; it becomes

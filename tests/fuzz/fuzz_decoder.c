@@ -7,8 +7,12 @@
  *      the parse produced;
  *   2. as the content of an 'M' record, i.e. an envelope fed straight to the
  *      envelope parser (reaching it through step 1 needs a valid escaped
- *      string around it first);
- *   3. as a timestamp string and as an LSN.
+ *      string around it first), through w2j_event_decode and through
+ *      outbox_event_from_envelope (outbox_event.h);
+ *   3. as a timestamp string (w2j_timestamp_us and outbox_timestamp_us
+ *      must agree) and as an LSN.
+ * The JSON string scanner under all of it (jscan.h) has its own target,
+ * fuzz_jscan.c.
  * The input is copied into a buffer of exactly its size so that ASan flags
  * any read past the end. Invariants that would hide bugs if merely
  * "handled" abort: spans outside the line or scratch, an escape that the
@@ -157,11 +161,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (w2j_event_decode(&rec, NULL, &scratch, &ev, err, sizeof err) == 0)
         check_event(&ev, line, size);
 
-    /* 3. a timestamp, an LSN */
+    /* and straight to the plugin-neutral envelope parser (outbox_event.h),
+     * with the room its contract asks for */
+    outbox_event_reset(&ev, 0x12345678);
+    err[0] = '\0';
+    if (outbox_scratch_reserve(&scratch, size) == 0) {
+        if (outbox_event_from_envelope(line, size, &scratch, &ev, err, sizeof err) == 0)
+            check_event(&ev, line, size);
+        else if (err[0] == '\0')
+            abort();
+    }
+
+    /* 3. a timestamp (both entry points agree), an LSN */
     struct w2j_value v = {W2J_STRING, false, line, size};
-    int64_t us;
+    int64_t us, us2;
     lsn_t lsn;
-    (void) w2j_timestamp_us(&v, &us);
+    int rts = w2j_timestamp_us(&v, &us);
+    if (rts != outbox_timestamp_us(line, size, &us2) || (rts == 0 && us != us2))
+        abort();
     (void) lsn_parse(line, size, &lsn);
 
     free(line);

@@ -1,0 +1,236 @@
+/*
+ * w2j_event.c — wal2json records to outbox events (w2j_event_decode, see
+ * w2j.h).
+ *
+ * Finds the outbox columns of an 'I' record, or the content of an 'M'
+ * record, and hands them to the plugin-neutral parts of outbox_event.h
+ * (ids, the message envelope); what is wal2json's own stays here: columns
+ * as JSON values (a number id, a raw JSON payload), the text w2j_parse()
+ * unescaped in passing. Strings that need unescaping go to a caller-owned
+ * scratch buffer, sized once per event before anything is written so that
+ * no pointer handed out can dangle.
+ */
+#include "outbox_relay/w2j.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* Unescapes a short string (an id, a column name) into buf, NUL-
+ * terminated; false when it does not fit. */
+static bool small_string(const struct w2j_value *v, char *buf, size_t cap, size_t *n)
+{
+    if (w2j_unescape(v, buf, cap - 1, n) < 0)
+        return false;
+    buf[*n] = '\0';
+    return true;
+}
+
+/* Bytes of scratch a string value needs: only escaped strings are copied. */
+static inline size_t scratch_need(const struct w2j_value *v)
+{
+    return v != NULL && v->type == W2J_STRING && v->escaped ? v->len : 0;
+}
+
+/* Hands out a string value: a span of the line when it has no escapes, else
+ * its unescaped text appended to the scratch (already large enough). The
+ * text w2j_parse() left in rec for it (t, may be NULL) is copied, and only
+ * what it lacks is unescaped; copying keeps every event string in the line
+ * or the scratch, whose lifetimes the caller knows. */
+static int take_text(const struct w2j_value *v, const struct w2j_record *rec,
+                     const struct w2j_text *t, struct w2j_scratch *s, const char **ptr,
+                     size_t *len)
+{
+    if (!v->escaped || v->len == 0) { /* the second: only a caller's record */
+        *ptr = v->ptr;
+        *len = v->len;
+        return 0;
+    }
+    char *dst = s->buf + s->len; /* not NULL: the scratch has room for v->len */
+    size_t room = s->cap - s->len, done = 0, n;
+    struct w2j_value rest = *v;
+    if (t != NULL && t->src == v->ptr && t->raw <= v->len && t->len <= room) {
+        memcpy(dst, rec->text_buf + t->off, t->len);
+        done = t->len;
+        rest.ptr += t->raw;
+        rest.len -= t->raw;
+    }
+    if (rest.len > 0) {
+        if (w2j_unescape(&rest, dst + done, room - done, &n) < 0)
+            return -1;
+        done += n;
+    }
+    *ptr = dst;
+    *len = done;
+    s->len += done;
+    return 0;
+}
+
+static int take_string(const struct w2j_value *v, struct w2j_scratch *s, const char **ptr,
+                       size_t *len)
+{
+    return take_text(v, NULL, NULL, s, ptr, len);
+}
+
+static bool value_equals(const struct w2j_value *v, const char *name)
+{
+    size_t n = strlen(name);
+
+    if (v->type != W2J_STRING)
+        return false;
+    if (!v->escaped)
+        return v->len == n && memcmp(v->ptr, name, n) == 0;
+    char buf[256];
+    size_t got;
+    if (n >= sizeof buf || !small_string(v, buf, sizeof buf, &got))
+        return false;
+    return got == n && memcmp(buf, name, n) == 0;
+}
+
+/* event_id from the id column: an integer number, or a string of digits. */
+static int set_event_id(const struct w2j_value *v, struct outbox_event *ev)
+{
+    char buf[24];
+    size_t n;
+
+    if (v->type == W2J_STRING)
+        return small_string(v, buf, sizeof buf, &n) ? outbox_event_set_id(ev, buf, n, false)
+                                                    : -1;
+    if (v->type != W2J_NUMBER)
+        return -1;
+    return outbox_event_set_id(ev, v->ptr, v->len, true);
+}
+
+static const char *const vtype_names[] = {"absent", "null", "a boolean", "a number",
+                                          "a string", "an object or array"};
+
+static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_map *map,
+                         struct w2j_scratch *scratch, struct outbox_event *ev, char *errbuf,
+                         size_t errlen)
+{
+    const char *names[5] = {map->id, map->aggregate_id, map->type, map->payload,
+                            map->created_at};
+    size_t lens[5];
+    const struct w2j_value *vals[5] = {NULL, NULL, NULL, NULL, NULL};
+    const struct w2j_text *texts[5] = {NULL, NULL, NULL, NULL, NULL};
+    enum { C_ID, C_AGG, C_TYPE, C_PAYLOAD, C_CREATED };
+
+    if (map->id == NULL || map->type == NULL)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "columns map without id or type");
+    for (int c = 0; c < 5; c++)
+        lens[c] = names[c] != NULL ? strlen(names[c]) : SIZE_MAX;
+    for (size_t i = 0; i < rec->ncolumns; i++) {
+        const struct w2j_value *name = &rec->columns[i].name;
+        for (int c = 0; c < 5; c++) {
+            if (name->escaped ? names[c] != NULL && value_equals(name, names[c])
+                              : name->len == lens[c] && memcmp(name->ptr, names[c], lens[c]) == 0) {
+                if (vals[c] != NULL)
+                    return outbox_event_fail(errbuf, errlen, rec->lsn,
+                                             "column \"%s\" appears twice", names[c]);
+                vals[c] = &rec->columns[i].value;
+                texts[c] = &rec->columns[i].text;
+                break;
+            }
+        }
+    }
+    for (int c = 0; c < 5; c++) {
+        if (names[c] != NULL && (vals[c] == NULL || vals[c]->type == W2J_ABSENT))
+            return outbox_event_fail(errbuf, errlen, rec->lsn, "missing column \"%s\"", names[c]);
+    }
+
+    const struct w2j_value *id = vals[C_ID], *type = vals[C_TYPE];
+    const struct w2j_value *agg = vals[C_AGG], *pay = vals[C_PAYLOAD], *cat = vals[C_CREATED];
+    if (id->type == W2J_NULL)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is NULL", names[C_ID]);
+    if (set_event_id(id, ev) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is not an integer: %.*s",
+                                 names[C_ID], (int) (id->len > 32 ? 32 : id->len), id->ptr);
+    if (type->type == W2J_NULL)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is NULL", names[C_TYPE]);
+    if (type->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
+                                 names[C_TYPE], vtype_names[type->type]);
+    if (type->len == 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is empty", names[C_TYPE]);
+    if (agg != NULL && agg->type != W2J_NULL && agg->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
+                                 names[C_AGG], vtype_names[agg->type]);
+    if (cat != NULL && cat->type != W2J_NULL && cat->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
+                                 names[C_CREATED], vtype_names[cat->type]);
+
+    /* Everything that will be unescaped, reserved at once: take_string()
+     * below must not realloc under pointers it already handed out. */
+    if (outbox_scratch_reserve(scratch, scratch_need(agg) + scratch_need(type) +
+                                            scratch_need(pay) + scratch_need(cat)) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "out of memory");
+    if (take_text(type, rec, texts[C_TYPE], scratch, &ev->type, &ev->type_len) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
+                                 names[C_TYPE]);
+    if (agg != NULL && agg->type == W2J_STRING &&
+        take_text(agg, rec, texts[C_AGG], scratch, &ev->aggregate_id, &ev->aggregate_id_len) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
+                                 names[C_AGG]);
+    if (cat != NULL && cat->type == W2J_STRING &&
+        take_text(cat, rec, texts[C_CREATED], scratch, &ev->created_at,
+                  &ev->created_at_len) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
+                                 names[C_CREATED]);
+    if (pay != NULL && pay->type == W2J_STRING) {
+        if (take_text(pay, rec, texts[C_PAYLOAD], scratch, &ev->payload, &ev->payload_len) < 0)
+            return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
+                                     names[C_PAYLOAD]);
+    } else if (pay != NULL && pay->type != W2J_NULL) {
+        ev->payload = pay->ptr; /* a number, boolean, object or array as is */
+        ev->payload_len = pay->len;
+    }
+    return 0;
+}
+
+/* An 'M' record: its content (the envelope, JSON text escaped into a JSON
+ * string by wal2json) unescaped, then parsed by outbox_event. */
+static int decode_message(const struct w2j_record *rec, struct w2j_scratch *scratch,
+                          struct outbox_event *ev, char *errbuf, size_t errlen)
+{
+    const struct w2j_value *content = &rec->content, *ts = &rec->timestamp;
+    const char *env;
+    size_t elen;
+
+    if (content->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "message without \"content\"");
+    if (content->len > (SIZE_MAX - ts->len) / 2)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "out of memory");
+    /* The envelope (its text from the record; left in the line if it has no
+     * escape, which no valid one lacks), then its escaped strings: all of
+     * them are substrings of the envelope, no longer than the raw content;
+     * then the timestamp. */
+    if (outbox_scratch_reserve(scratch, 2 * content->len + scratch_need(ts)) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "out of memory");
+    if (take_text(content, rec, &rec->content_text, scratch, &env, &elen) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "message content: bad escape");
+    if (outbox_event_from_envelope(env, elen, scratch, ev, errbuf, errlen) < 0)
+        return -1;
+    if (ts->type == W2J_STRING &&
+        take_string(ts, scratch, &ev->created_at, &ev->created_at_len) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "\"timestamp\": bad escape");
+    outbox_event_set_message_id(ev);
+    return 0;
+}
+
+int w2j_event_decode(const struct w2j_record *rec, const struct w2j_columns_map *map,
+                     struct w2j_scratch *scratch, struct outbox_event *ev, char *errbuf,
+                     size_t errlen)
+{
+    outbox_event_reset(ev, rec->lsn);
+    scratch->len = 0;
+    if (errbuf != NULL && errlen > 0)
+        errbuf[0] = '\0';
+
+    if (rec->action == 'I')
+        return decode_insert(rec, map != NULL ? map : &W2J_DEFAULT_COLUMNS, scratch, ev, errbuf,
+                             errlen);
+    if (rec->action == 'M')
+        return decode_message(rec, scratch, ev, errbuf, errlen);
+    return outbox_event_fail(errbuf, errlen, rec->lsn, "a record with action '%c' is not an event",
+                             rec->action >= 0x20 && rec->action < 0x7f ? rec->action : '?');
+}
+

@@ -1,0 +1,268 @@
+/*
+ * test_w2j_event.c — w2j_event_decode(): wal2json records to outbox events (inserts
+ * of the outbox table, logical messages), and the scratch buffer. (Split
+ * from test_decoder.c, issue 12.)
+ */
+#include "w2j_test.h"
+
+/* ------------------------------------------------------ event decoding */
+
+static void test_decode(void)
+{
+    struct w2j_scratch scratch = {0};
+    struct outbox_event ev;
+
+    /* the plain case, with escapes everywhere and columns in odd order */
+    CHECK_EQ_INT(parse_decode(INSERT_HEAD "\"columns\":["
+                              "{\"name\":\"payload\",\"value\":\"{\\\"a\\\": \\\"\\\\u00e9\\\"}\"},"
+                              "{\"name\":\"created_at\",\"value\":\"2026-11-30 14:38:02.796452+00\"},"
+                              "{\"name\":\"type\",\"value\":\"t\\u00e9\\ud83d\\ude00\"},"
+                              "{\"name\":\"aggregate_id\",\"value\":\"agg\"},"
+                              "{\"name\":\"dispatched_at\",\"value\":null},"
+                              "{\"name\":\"id\",\"value\":42}]}",
+                              &scratch, &ev),
+                 0);
+    CHECK(strcmp(ev.event_id, "42") == 0);
+    CHECK(ev.lsn == ((UINT64_C(1) << 32) | 0xA0));
+    CHECK_SPAN(ev.aggregate_id, ev.aggregate_id_len, "agg");
+    CHECK_SPAN(ev.type, ev.type_len, "t\xc3\xa9\xf0\x9f\x98\x80");
+    CHECK_SPAN(ev.payload, ev.payload_len, "{\"a\": \"\\u00e9\"}");
+    CHECK_SPAN(ev.created_at, ev.created_at_len, "2026-11-30 14:38:02.796452+00");
+
+    /* id as a string of digits; payload as raw tokens; NULLs */
+    CHECK_EQ_INT(parse_decode(INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":\"007\"},"
+                              "{\"name\":\"aggregate_id\",\"value\":null},"
+                              "{\"name\":\"type\",\"value\":\"x\"},"
+                              "{\"name\":\"payload\",\"value\":{\"raw\": [1, 2]}},"
+                              "{\"name\":\"created_at\",\"value\":null}]}",
+                              &scratch, &ev),
+                 0);
+    CHECK(strcmp(ev.event_id, "007") == 0);
+    CHECK(ev.aggregate_id == NULL && ev.created_at == NULL);
+    CHECK_SPAN(ev.payload, ev.payload_len, "{\"raw\": [1, 2]}");
+    static const char *const raw_payloads[] = {"123.5e-7", "true", "false", "[null]"};
+    for (size_t i = 0; i < 4; i++) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":-9223372036854775807},"
+                             "{\"name\":\"aggregate_id\",\"value\":\"\"},"
+                             "{\"name\":\"type\",\"value\":\"x\"},"
+                             "{\"name\":\"payload\",\"value\":%s},"
+                             "{\"name\":\"created_at\",\"value\":\"\"}]}",
+                 raw_payloads[i]);
+        CHECK_EQ_INT(parse_decode(line, &scratch, &ev), 0);
+        CHECK_SPAN(ev.payload, ev.payload_len, raw_payloads[i]);
+        CHECK(strcmp(ev.event_id, "-9223372036854775807") == 0);
+        CHECK(ev.aggregate_id != NULL && ev.aggregate_id_len == 0); /* '' is not NULL */
+        CHECK(ev.created_at != NULL && ev.created_at_len == 0);
+    }
+    CHECK_EQ_INT(parse_decode(INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":1},"
+                              "{\"name\":\"aggregate_id\",\"value\":\"a\"},"
+                              "{\"name\":\"type\",\"value\":\"x\"},"
+                              "{\"name\":\"payload\",\"value\":null},"
+                              "{\"name\":\"created_at\",\"value\":null}]}",
+                              &scratch, &ev),
+                 0);
+    CHECK(ev.payload == NULL && ev.payload_len == 0);
+
+    /* what must be refused, and the message naming it */
+    static const struct {
+        const char *id, *agg, *type, *payload, *created, *what;
+    } bad[] = {
+        {"\"abc\"", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is not an integer: abc"},
+        {"\"12a\"", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is not an integer"},
+        {"\"\"", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is not an integer"},
+        {"\"-1\"", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is not an integer"},
+        {"1.5", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is not an integer: 1.5"},
+        {"1e3", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is not an integer"},
+        {"true", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is not an integer"},
+        {"{}", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is not an integer"},
+        {"12345678901234567890", "\"a\"", "\"x\"", "\"{}\"", "null", "not an integer"},
+        {"null", "\"a\"", "\"x\"", "\"{}\"", "null", "column \"id\" is NULL"},
+        {"1", "\"a\"", "null", "\"{}\"", "null", "column \"type\" is NULL"},
+        {"1", "\"a\"", "\"\"", "\"{}\"", "null", "column \"type\" is empty"},
+        {"1", "\"a\"", "7", "\"{}\"", "null", "column \"type\" is a number, not a string"},
+        {"1", "\"a\"", "[\"x\"]", "\"{}\"", "null", "column \"type\" is an object or array"},
+        {"1", "5", "\"x\"", "\"{}\"", "null", "column \"aggregate_id\" is a number"},
+        {"1", "\"a\"", "\"x\"", "\"{}\"", "true", "column \"created_at\" is a boolean"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":%s},"
+                             "{\"name\":\"aggregate_id\",\"value\":%s},"
+                             "{\"name\":\"type\",\"value\":%s},"
+                             "{\"name\":\"payload\",\"value\":%s},"
+                             "{\"name\":\"created_at\",\"value\":%s}]}",
+                 bad[i].id, bad[i].agg, bad[i].type, bad[i].payload, bad[i].created);
+        CHECK_EQ_INT(parse_decode(line, &scratch, &ev), -1);
+        CHECK(err_has(bad[i].what));
+        CHECK(err_has("event at LSN 1/A0: "));
+    }
+    CHECK_EQ_INT(parse_decode(INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":1},"
+                              "{\"name\":\"type\",\"value\":\"x\"},"
+                              "{\"name\":\"payload\",\"value\":\"{}\"},"
+                              "{\"name\":\"created_at\",\"value\":null}]}",
+                              &scratch, &ev),
+                 -1);
+    CHECK(err_has("missing column \"aggregate_id\""));
+    CHECK_EQ_INT(parse_decode(INSERT_HEAD "\"columns\":[]}", &scratch, &ev), -1);
+    CHECK(err_has("missing column \"id\""));
+    CHECK_EQ_INT(parse_decode(INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":1},"
+                              "{\"name\":\"id\",\"value\":2}]}",
+                              &scratch, &ev),
+                 -1);
+    CHECK(err_has("column \"id\" appears twice"));
+    CHECK_EQ_INT(parse_decode("{\"action\":\"B\",\"lsn\":\"0/5\"}", &scratch, &ev), -1);
+    CHECK(err_has("event at LSN 0/5: a record with action 'B' is not an event"));
+    CHECK_EQ_INT(parse_decode("{\"action\":\"U\",\"lsn\":\"0/5\",\"columns\":[]}", &scratch, &ev),
+                 -1);
+    CHECK(err_has("action 'U'"));
+
+    /* another table layout through the map; unmapped optional columns */
+    static const struct w2j_columns_map map = {"event_id", "key", "kind", "body", NULL};
+    {
+        const char *line = INSERT_HEAD "\"columns\":[{\"name\":\"event_id\",\"value\":5},"
+                                       "{\"name\":\"k\\u0069nd\",\"value\":\"k\"},"
+                                       "{\"name\":\"key\",\"value\":\"K\"},"
+                                       "{\"name\":\"body\",\"value\":\"[]\"},"
+                                       "{\"name\":\"created_at\",\"value\":true}]}";
+        CHECK_EQ_INT(w2j_parse(line, strlen(line), &rec, err, sizeof err), 0);
+        CHECK_EQ_INT(w2j_event_decode(&rec, &map, &scratch, &ev, err, sizeof err), 0);
+        CHECK(strcmp(ev.event_id, "5") == 0);
+        CHECK_SPAN(ev.type, ev.type_len, "k");
+        CHECK_SPAN(ev.aggregate_id, ev.aggregate_id_len, "K");
+        CHECK_SPAN(ev.payload, ev.payload_len, "[]");
+        CHECK(ev.created_at == NULL);
+        /* the default map finds no "id" in it */
+        CHECK_EQ_INT(w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err),
+                     -1);
+        CHECK(err_has("missing column \"id\""));
+    }
+    w2j_scratch_free(&scratch);
+    CHECK(scratch.buf == NULL && scratch.cap == 0);
+}
+
+static void test_decode_message(void)
+{
+    struct w2j_scratch scratch = {0};
+    struct outbox_event ev;
+
+    CHECK_EQ_INT(parse_decode(MSG("{\\\"aggregate_id\\\":\\\"a\\\\u00e9\\\",\\\"type\\\":\\\"x.y\\\","
+                                  "\\\"payload\\\":{\\\"k\\\": [1, \\\"\\\\\\\"q\\\"]}}"),
+                              &scratch, &ev),
+                 0);
+    CHECK(strcmp(ev.event_id, "m-00000002000000FF") == 0);
+    CHECK_SPAN(ev.aggregate_id, ev.aggregate_id_len, "a\xc3\xa9");
+    CHECK_SPAN(ev.type, ev.type_len, "x.y");
+    CHECK_SPAN(ev.payload, ev.payload_len, "{\"k\": [1, \"\\\"q\"]}");
+    CHECK_SPAN(ev.created_at, ev.created_at_len, "2026-11-30 14:38:02+00");
+    CHECK(ev.lsn == ((UINT64_C(2) << 32) | 0xFF));
+
+    /* payload of every JSON type, raw; whitespace; unknown keys; null agg */
+    static const char *const payloads[] = {"\\\"str \\\\\\\"q\\\\\\\"\\\"", "-1.5e3", "true",
+                                           "null", "[[[]]]", "{}"};
+    static const char *const want[] = {"\"str \\\"q\\\"\"", "-1.5e3", "true", "null", "[[[]]]",
+                                       "{}"};
+    for (size_t i = 0; i < 6; i++) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 MSG("\\n { \\\"meta\\\" : {\\\"a\\\":[1,{\\\"b\\\":null}]} , \\\"payload\\\" :"
+                     " %s ,\\t\\\"aggregate_id\\\":null, \\\"type\\\":\\\"t\\\" } \\r\\n"),
+                 payloads[i]);
+        CHECK_EQ_INT(parse_decode(line, &scratch, &ev), 0);
+        CHECK_SPAN(ev.payload, ev.payload_len, want[i]);
+        CHECK(ev.aggregate_id == NULL);
+    }
+    /* no payload key: NULL; non-transactional: no timestamp */
+    {
+        const char *line = "{\"action\":\"M\",\"xid\":null,\"timestamp\":null,\"lsn\":\"0/1\","
+                           "\"transactional\":false,\"prefix\":\"outbox\","
+                           "\"content\":\"{\\\"type\\\":\\\"x\\\"}\"}";
+        CHECK_EQ_INT(parse_decode(line, &scratch, &ev), 0);
+        CHECK(ev.payload == NULL && ev.aggregate_id == NULL && ev.created_at == NULL);
+        CHECK(strcmp(ev.event_id, "m-0000000000000001") == 0);
+    }
+
+    static const struct {
+        const char *line, *what;
+    } bad[] = {
+        {MSG("not json"), "bad envelope: not a JSON object at byte 0"},
+        {MSG(""), "bad envelope: not a JSON object"},
+        {MSG("{\\\"type\\\":\\\"x\\\""), "bad envelope: expected ',' or '}' at byte 11"},
+        {MSG("{\\\"type\\\":\\\"x\\\"} y"), "bad envelope: trailing garbage at byte 13"},
+        {MSG("{\\\"type\\\":\\\"x\\\",\\\"type\\\":\\\"y\\\"}"), "duplicate key \"type\""},
+        {MSG("{\\\"aggregate_id\\\":\\\"a\\\"}"), "envelope \"type\" is absent"},
+        {MSG("{\\\"type\\\":null}"), "envelope \"type\" is null"},
+        {MSG("{\\\"type\\\":\\\"\\\"}"), "envelope \"type\" is empty"},
+        {MSG("{\\\"type\\\":1}"), "envelope \"type\" is a number"},
+        {MSG("{\\\"type\\\":\\\"x\\\",\\\"aggregate_id\\\":1}"),
+         "envelope \"aggregate_id\" is a number"},
+        {MSG("{\\\"type\\\":\\\"\\\\ud800\\\"}"), "bad envelope: lone high surrogate"},
+        {MSG("[\\\"type\\\"]"), "not a JSON object"},
+        {"{\"action\":\"M\",\"lsn\":\"0/9\"}", "event at LSN 0/9: message without \"content\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(parse_decode(bad[i].line, &scratch, &ev), -1);
+        CHECK(err_has(bad[i].what));
+    }
+    /* the envelope has the same depth limit: itself level 1 */
+    for (int depth = 63; depth <= 64; depth++) {
+        char line[1024];
+        size_t n = (size_t) snprintf(line, sizeof line,
+                                     "{\"action\":\"M\",\"lsn\":\"0/9\",\"content\":"
+                                     "\"{\\\"type\\\":\\\"t\\\",\\\"payload\\\":");
+        for (int i = 0; i < depth; i++)
+            line[n++] = '[';
+        for (int i = 0; i < depth; i++)
+            line[n++] = ']';
+        snprintf(line + n, sizeof line - n, "}\"}");
+        CHECK_EQ_INT(parse_decode(line, &scratch, &ev), depth == 63 ? 0 : -1);
+        if (depth == 64)
+            CHECK(err_has("bad envelope: nesting deeper than 64"));
+    }
+    w2j_scratch_free(&scratch);
+}
+
+/* Scratch growth: pointers handed out for one event stay valid, whatever
+ * order the strings are unescaped in and however small the buffer was. */
+static void test_scratch_growth(void)
+{
+    struct w2j_scratch scratch = {0};
+    struct outbox_event ev;
+    size_t big = 300000, n = 0;
+    char *line = malloc(big * 2 + 1024);
+
+    n += (size_t) sprintf(line, INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":1},"
+                                            "{\"name\":\"type\",\"value\":\"ty\\\"pe\"},"
+                                            "{\"name\":\"aggregate_id\",\"value\":\"a\\\\g\"},"
+                                            "{\"name\":\"created_at\",\"value\":\"\\/\"},"
+                                            "{\"name\":\"payload\",\"value\":\"");
+    for (size_t i = 0; i < big; i++) {
+        line[n++] = '\\';
+        line[n++] = i % 2 ? 'n' : 't';
+    }
+    n += (size_t) sprintf(line + n, "\"}]}");
+    char *c = exact_copy(line, n);
+    CHECK_EQ_INT(w2j_parse(c, n, &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(w2j_event_decode(&rec, NULL, &scratch, &ev, err, sizeof err), 0);
+    CHECK_SPAN(ev.type, ev.type_len, "ty\"pe");
+    CHECK_SPAN(ev.aggregate_id, ev.aggregate_id_len, "a\\g");
+    CHECK_SPAN(ev.created_at, ev.created_at_len, "/");
+    CHECK_EQ_INT(ev.payload_len, big);
+    CHECK(ev.payload != NULL && ev.payload[0] == '\t' && ev.payload[big - 1] == '\n');
+    CHECK_EQ_INT(scratch.len, 5 + 3 + 1 + big);
+    CHECK(scratch.cap >= scratch.len);
+    free(c);
+    free(line);
+    w2j_scratch_free(&scratch);
+}
+
+int main(void)
+{
+    test_decode();
+    test_decode_message();
+    test_scratch_growth();
+    free(last_copy);
+    CHECK_DONE();
+}
