@@ -34,10 +34,8 @@ lands inside it; the relayer runs with its defaults.
 """
 
 import json
-import threading
 import time
 
-import psycopg2
 import pytest
 
 import harness
@@ -61,54 +59,20 @@ def seed(pg):
     return pending
 
 
-class Producers:
-    """Threads committing one event per transaction on the seeded
-    aggregates; thread i owns the aggregates g % threads == i, so per
-    aggregate the commit order is the id order."""
+class Producers(harness.Producers):
+    """harness.Producers on the seeded aggregates; thread i owns the
+    aggregates g % threads == i, so per aggregate the commit order is the
+    id order."""
 
-    def __init__(self, pg, threads=2, rate=100):
-        self.pg = pg
-        self.committed = []
-        self.lock = threading.Lock()
-        self.stop_flag = threading.Event()
-        self.errors = []
-        self.threads = [threading.Thread(target=self._run, args=(i, threads, rate), daemon=True)
-                        for i in range(threads)]
-
-    def _run(self, i, n, rate):
-        try:
-            conn = psycopg2.connect(self.pg.dsn(), connect_timeout=10)
-            aggs = [a for a in range(AGGREGATES) if a % n == i]
-            k = 0
-            with conn.cursor() as cur:
-                while not self.stop_flag.is_set():
-                    agg = aggs[k % len(aggs)]
-                    k += 1
-                    cur.execute("INSERT INTO events_outbox (aggregate_id, type, payload) "
-                                "VALUES (md5('agg' || %s)::uuid, 'order.placed', "
-                                "json_build_object('live', %s)::jsonb) RETURNING id",
-                                (agg, k))
-                    eid = cur.fetchone()[0]
-                    conn.commit()
-                    with self.lock:
-                        self.committed.append(str(eid))
-                    time.sleep(1.0 / rate)
-            conn.close()
-        except Exception as e:  # surfaced by stop()
-            self.errors.append(e)
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def stop(self):
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(30)
-        assert not self.errors, self.errors
-        with self.lock:
-            return list(self.committed)
+    def _rows(self, i, n):
+        aggs = [a for a in range(AGGREGATES) if a % n == i]
+        k = 0
+        while True:
+            agg = aggs[k % len(aggs)]
+            k += 1
+            yield ("INSERT INTO events_outbox (aggregate_id, type, payload) "
+                   "VALUES (md5('agg' || %s)::uuid, 'order.placed', "
+                   "json_build_object('live', %s)::jsonb) RETURNING id", (agg, k))
 
 
 def count_in_kafka(kafka, at_least, timeout):
