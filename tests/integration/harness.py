@@ -547,6 +547,34 @@ class _LineReader:
 
 
 # --------------------------------------------------------------------------
+# Tuned and default runs (issue 11: every binary runs each scenario at least
+# once with no tuning flag; defaults are what users run)
+# --------------------------------------------------------------------------
+
+TUNINGS = ("tuned", "defaults")
+
+
+def tuned(tuning, *flags):
+    """`flags` for tuning "tuned", nothing at all for "defaults". Use with
+    @pytest.mark.parametrize("tuning", harness.TUNINGS) on a suite's
+    central scenarios; a "defaults" run must wait on conditions with
+    deadlines that allow for the defaults (--status-interval 10 s: the
+    slot's confirmed_flush_lsn may lag that long)."""
+    assert tuning in TUNINGS, tuning
+    return list(flags) if tuning == "tuned" else []
+
+
+DEFAULT_STATUS_INTERVAL = 10    # s, outbox-relay's --status-interval default
+
+
+def confirm_timeout(tuning, seconds):
+    """A deadline for the slot to confirm something: `seconds` as tuned;
+    with the defaults two more status intervals (an update may have just
+    gone out when the delivery report arrives)."""
+    return seconds if tuning == "tuned" else seconds + 2 * DEFAULT_STATUS_INTERVAL
+
+
+# --------------------------------------------------------------------------
 # Background load: producer threads
 # --------------------------------------------------------------------------
 
