@@ -26,8 +26,10 @@ def delivered_ids(kafka, expected, timeout=60, topic="order"):
     return [m.headers.get("event_id") for m in msgs]
 
 
-def test_standby_takes_over_after_active_is_killed(pg, broker, kafka, relayer):
-    args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--status-interval", "0.5"]
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_standby_takes_over_after_active_is_killed(pg, broker, kafka, relayer, tuning):
+    args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap] + harness.tuned(
+        tuning, "--status-interval", "0.5")
     active = relayer(*args)
     active.wait_for_log(r"streaming public\.events_outbox", timeout=30)
     standby = relayer(*args)
@@ -149,7 +151,8 @@ class Poller:
         assert self.error is None, self.error
 
 
-def test_backfill_migration_from_a_polling_relayer(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_backfill_migration_from_a_polling_relayer(pg, broker, kafka, relayer, tuning):
     # Rows committed before anything ran: the poller takes some of them.
     pg.query("INSERT INTO events_outbox (aggregate_id, type, payload) "
              "SELECT gen_random_uuid(), 'order.placed', json_build_object('pre', g)::jsonb "
@@ -162,7 +165,7 @@ def test_backfill_migration_from_a_polling_relayer(pg, broker, kafka, relayer):
     assert by_poller > 0
 
     p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--backfill", "pending",
-                "--status-interval", "0.5")
+                *harness.tuned(tuning, "--status-interval", "0.5"))
     p.wait_for_log(r"backfill: \d+ rows published", timeout=60)
     p.wait_for_log(r"streaming public\.events_outbox", timeout=30)
     time.sleep(2)
