@@ -907,6 +907,26 @@ class Process:
         _unregister(self)
 
 
+class ProcessFactory:
+    """Starts `binary` as a Process per call: factory(*args, env=None); the
+    log of the Nth is <log_dir>/<name>-N.log. cleanup() SIGKILLs every one
+    still running (a fixture's teardown)."""
+
+    def __init__(self, binary, log_dir, name):
+        self.binary, self.log_dir, self.name = binary, log_dir, name
+        self.procs = []
+
+    def __call__(self, *args, env=None):
+        log = os.path.join(self.log_dir, "%s-%d.log" % (self.name, len(self.procs) + 1))
+        p = Process([self.binary] + [str(a) for a in args], log, env=env)
+        self.procs.append(p)
+        return p
+
+    def cleanup(self):
+        for p in self.procs:
+            p.cleanup()
+
+
 # --------------------------------------------------------------------------
 # Kafka read-back
 # --------------------------------------------------------------------------

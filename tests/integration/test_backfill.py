@@ -33,7 +33,6 @@ The broker's response delay (rtt) slows the backfill down so that a kill
 lands inside it; the relayer runs with its defaults.
 """
 
-import json
 import time
 
 import pytest
@@ -73,6 +72,21 @@ class Producers(harness.Producers):
             yield ("INSERT INTO events_outbox (aggregate_id, type, payload) "
                    "VALUES (md5('agg' || %s)::uuid, 'order.placed', "
                    "json_build_object('live', %s)::jsonb) RETURNING id", (agg, k))
+
+
+def streams_then_all_arrived(p, pg, kafka, prod, pending, done):
+    """Once p streams (for 2 s), the producers stop; with done the durable
+    marker says the backfill is done; check() holds for what Kafka has
+    (every pending and streamed row, no dispatched one, commit order per
+    aggregate); p stops with exit 0 on SIGTERM."""
+    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
+    time.sleep(2)
+    streamed = prod.stop()
+    if done:
+        assert marker(pg)["backfill_state"] == "done"
+    msgs = collect(kafka, pending | set(streamed))
+    check(msgs, pending, DISPATCHED, streamed)
+    assert p.terminate() == 0
 
 
 def count_in_kafka(kafka, at_least, timeout):
@@ -178,12 +192,7 @@ def test_sigkill_during_backfill_then_restart(pg, broker, kafka, relayer, point)
 
     # The marker, not the flag, says a backfill is unfinished.
     p = relayer(*(args if point != "middle-restart-without-flag" else args[:-2]))
-    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
-    time.sleep(2)
-    streamed = prod.stop()
-    msgs = collect(kafka, pending | set(streamed))
-    check(msgs, pending, DISPATCHED, streamed)
-    assert p.terminate() == 0
+    streams_then_all_arrived(p, pg, kafka, prod, pending, done=False)
 
 
 @pytest.mark.parametrize("code", [13, 74])  # NETWORK_EXCEPTION, FENCED_LEADER_EPOCH
@@ -239,13 +248,7 @@ def test_sigkill_before_the_marker_clears(pg, broker, kafka, relayer):
 
     p = relayer(*args)
     p.wait_for_log(r"backfill: resuming", timeout=60)
-    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
-    time.sleep(2)
-    streamed = prod.stop()
-    assert marker(pg)["backfill_state"] == "done"
-    msgs = collect(kafka, pending | set(streamed))
-    check(msgs, pending, DISPATCHED, streamed)
-    assert p.terminate() == 0
+    streams_then_all_arrived(p, pg, kafka, prod, pending, done=True)
 
 
 def test_two_replicas_one_backfills_the_other_resumes(pg, broker, kafka, relayer):
@@ -265,12 +268,7 @@ def test_two_replicas_one_backfills_the_other_resumes(pg, broker, kafka, relayer
     broker.cmd("rtt -1 0")
 
     second.wait_for_log(r"backfill: resuming", timeout=60)
-    second.wait_for_log(r"streaming public\.events_outbox", timeout=180)
-    time.sleep(2)
-    streamed = prod.stop()
-    msgs = collect(kafka, pending | set(streamed))
-    check(msgs, pending, DISPATCHED, streamed)
-    assert second.terminate() == 0
+    streams_then_all_arrived(second, pg, kafka, prod, pending, done=False)
 
 
 def test_complete_backfill_is_not_redone(pg, broker, kafka, relayer):
@@ -314,10 +312,4 @@ def test_crash_between_slot_and_bound_is_resumed(pg, broker, kafka, relayer):
     time.sleep(1)
     p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap)
     p.wait_for_log(r"backfill: resuming", timeout=60)
-    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
-    time.sleep(2)
-    streamed = prod.stop()
-    assert marker(pg)["backfill_state"] == "done"
-    msgs = collect(kafka, pending | set(streamed))
-    check(msgs, pending, DISPATCHED, streamed)
-    assert p.terminate() == 0
+    streams_then_all_arrived(p, pg, kafka, prod, pending, done=True)
