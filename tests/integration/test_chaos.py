@@ -110,18 +110,24 @@ class Producer(threading.Thread):
         in aggregate order, so producers never deadlock."""
         return sorted(self.rng.choice(self.aggs) for _ in range(self.rng.randint(1, 3)))
 
+    def _created_at(self):
+        """The next event's created_at (None: now())."""
+        return None
+
     def _insert(self, cur, aggs, tx, ids):
         """Writes transaction `tx`'s events for `aggs`, appending each new
         row's id to `ids` as soon as it exists."""
         for agg in aggs:
+            at = self._created_at()
             cur.execute("UPDATE chaos_seq SET seq = seq + 1 WHERE agg = %s "
                         "RETURNING seq, topic", (agg,))
             seq, topic = cur.fetchone()
             payload = json.dumps({"agg": agg, "seq": seq, "producer": self.n, "tx": tx,
                                   "nonce": uuid.uuid4().hex})
-            cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload) "
-                        "VALUES (%s, %s, %s::jsonb) RETURNING id",
-                        (agg, topic + ".changed", payload))
+            cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload, "
+                        "created_at) VALUES (%s, %s, %s::jsonb, "
+                        "coalesce(%s::timestamptz, now())) RETURNING id",
+                        (agg, topic + ".changed", payload, at))
             ids.append(cur.fetchone()[0])
 
     def _one_tx(self, tx):

@@ -91,19 +91,8 @@ class Producer(test_chaos.Producer):
         self.period = 1.0 / TX_PER_SECOND
         self.targets = targets
 
-    def _insert(self, cur, aggs, tx, ids):
-        for agg in aggs:
-            at = self.rng.choice(list(self.targets))
-            cur.execute("UPDATE chaos_seq SET seq = seq + 1 WHERE agg = %s "
-                        "RETURNING seq, topic", (agg,))
-            seq, topic = cur.fetchone()
-            payload = json.dumps({"agg": agg, "seq": seq, "producer": self.n, "tx": tx,
-                                  "nonce": uuid.uuid4().hex})
-            cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload, "
-                        "created_at) VALUES (%s, %s, %s::jsonb, "
-                        "coalesce(%s::timestamptz, now())) RETURNING id",
-                        (agg, topic + ".changed", payload, at))
-            ids.append(cur.fetchone()[0])
+    def _created_at(self):
+        return self.rng.choice(list(self.targets))
 
 
 def commit_lsn(pg, sql, params=()):
