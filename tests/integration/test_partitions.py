@@ -338,7 +338,7 @@ def test_partition_created_while_streaming(pg, broker, kafka, relayer):
     c = [r[0] for r in cur.fetchall()]
     conn.commit()
     got = read_ids(kafka, 3 + 20 + 7)
-    assert set(a + b + c) == set(got)
+    assert set(a + b + c) == set(got), p.log_tail()
     assert p.running()
 
 
