@@ -154,17 +154,9 @@ def relayer(relayer_binary, tmp_path):
     """Factory: relayer(*args, env=None) starts build/outbox-relay with the
     given arguments; stderr and stdout go to <tmp>/relayer-N.log. Every
     relayer still running at teardown is SIGKILLed."""
-    procs = []
-
-    def start(*args, env=None):
-        log = os.path.join(str(tmp_path), "relayer-%d.log" % (len(procs) + 1))
-        p = harness.Process([relayer_binary] + [str(a) for a in args], log, env=env)
-        procs.append(p)
-        return p
-
+    start = harness.ProcessFactory(relayer_binary, str(tmp_path), "relayer")
     yield start
-    for p in procs:
-        p.cleanup()
+    start.cleanup()
 
 
 @pytest.fixture

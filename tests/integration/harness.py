@@ -547,52 +547,132 @@ class _LineReader:
 
 
 # --------------------------------------------------------------------------
-# Mock broker
+# Tuned and default runs (issue 11: every binary runs each scenario at least
+# once with no tuning flag; defaults are what users run)
 # --------------------------------------------------------------------------
 
-class MockBroker:
-    """build/mock-broker as a subprocess: .bootstrap and .cmd(line)."""
+TUNINGS = ("tuned", "defaults")
 
-    def __init__(self, log_dir, brokers=1, partitions=4, binary=None, extra_args=()):
-        binary = binary or os.path.join(tools_dir(), "mock-broker")
-        if not os.access(binary, os.X_OK):
-            raise FileNotFoundError("%s not built (cmake --build build --target mock-broker)" % binary)
-        self.logfile = os.path.join(log_dir, "mock-broker-%s.log" % uuid.uuid4().hex[:6])
+
+def tuned(tuning, *flags):
+    """`flags` for tuning "tuned", nothing at all for "defaults". Use with
+    @pytest.mark.parametrize("tuning", harness.TUNINGS) on a suite's
+    central scenarios; a "defaults" run must wait on conditions with
+    deadlines that allow for the defaults (--status-interval 10 s: the
+    slot's confirmed_flush_lsn may lag that long)."""
+    assert tuning in TUNINGS, tuning
+    return list(flags) if tuning == "tuned" else []
+
+
+DEFAULT_STATUS_INTERVAL = 10    # s, outbox-relay's --status-interval default
+
+
+def confirm_timeout(tuning, seconds):
+    """A deadline for the slot to confirm something: `seconds` as tuned;
+    with the defaults two more status intervals (an update may have just
+    gone out when the delivery report arrives)."""
+    return seconds if tuning == "tuned" else seconds + 2 * DEFAULT_STATUS_INTERVAL
+
+
+# --------------------------------------------------------------------------
+# Background load: producer threads
+# --------------------------------------------------------------------------
+
+class Producers:
+    """Threads committing one outbox event per transaction until stopped;
+    remembers the ids of committed events (in commit order per thread).
+    Thread i of n writes the (sql, params) that self._rows(i, n) yields,
+    `rate` transactions per second; sql must return the new row's id. By
+    default each thread writes to an aggregate of its own."""
+
+    def __init__(self, pg, threads=2, rate=100):
+        self.pg = pg
+        self.committed = []
+        self.lock = threading.Lock()
+        self.stop_flag = threading.Event()
+        self.errors = []
+        self.threads = [threading.Thread(target=self._run, args=(i, threads, rate), daemon=True)
+                        for i in range(threads)]
+
+    def _rows(self, i, n):
+        agg = str(uuid.uuid4())
+        seq = 0
+        while True:
+            seq += 1
+            yield ("INSERT INTO events_outbox (aggregate_id, type, payload) "
+                   "VALUES (%s, 'order.placed', %s) RETURNING id",
+                   (agg, '{"thread": %d, "seq": %d}' % (i, seq)))
+
+    def _run(self, i, n, rate):
+        try:
+            import psycopg2
+            conn = psycopg2.connect(self.pg.dsn(), connect_timeout=10)
+            rows = self._rows(i, n)
+            with conn.cursor() as cur:
+                while not self.stop_flag.is_set():
+                    cur.execute(*next(rows))
+                    eid = cur.fetchone()[0]
+                    conn.commit()
+                    with self.lock:
+                        self.committed.append(str(eid))
+                    time.sleep(1.0 / rate)
+            conn.close()
+        except Exception as e:  # surfaced by stop()
+            self.errors.append(e)
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def stop(self):
+        """Stops the threads; returns the committed ids. Raises if a thread
+        failed."""
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(30)
+        assert not self.errors, self.errors
+        with self.lock:
+            return list(self.committed)
+
+
+# --------------------------------------------------------------------------
+# Helper programs driven over a pipe (mock broker, fault proxy)
+# --------------------------------------------------------------------------
+
+class _PipedHelper:
+    """A helper program of the tests driven by one-line commands on its
+    stdin (answers on stdout, stderr to <log_dir>/<name>-<id>.log). It dies
+    with the test process (its stdin pipe closes) and is stopped by quit +
+    EOF, SIGKILLed if it does not exit in time. Subclasses call _spawn()."""
+
+    def _spawn(self, argv, log_dir, name, first, env=None):
+        """Starts argv; returns its first stdout line, which must start
+        with `first` (else the helper is cleaned up and this raises)."""
+        self.logfile = os.path.join(log_dir, "%s-%s.log" % (name, uuid.uuid4().hex[:6]))
         self._log = open(self.logfile, "wb")
-        # TCP_NODELAY on the broker's connections, as a real broker has them
-        # (tests/tools/nodelay_preload.c): without it a pipelined response
-        # waits up to 40 ms for the client's delayed ACK, and read-backs of
-        # big topics fall behind the mock's 5 MiB per-partition log.
-        preload = os.path.join(tools_dir(), "libnodelay.so")
-        if not os.access(preload, os.R_OK):
-            raise FileNotFoundError("%s not built (cmake --build build --target nodelay)" % preload)
-        env = dict(os.environ, LD_PRELOAD=preload)
-        self.proc = subprocess.Popen([binary, "--brokers", str(brokers), "--partitions", str(partitions)]
-                                     + list(extra_args),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     env=env, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._log, env=env, preexec_fn=_die_with_parent)
         _register(self)
         self._reader = _LineReader(self.proc.stdout.fileno())
+        return self._expect_line(first, name)
+
+    def _expect_line(self, first, name):
         try:
             line = self._reader.readline(15)
         except Exception:
             self.cleanup()
             raise
-        if not line.startswith("BOOTSTRAP "):
+        if not line.startswith(first):
             self.cleanup()
-            raise RuntimeError("mock-broker said %r" % line)
-        self.bootstrap = line.split(" ", 1)[1].strip()
-        self.brokers = brokers
+            raise RuntimeError("%s said %r" % (name, line))
+        return line
 
-    def cmd(self, line, timeout=30, check=True):
-        """Sends one command and returns the answer ('ok' or 'err ...');
-        with check, an 'err' answer raises."""
+    def _send(self, line, timeout):
+        """Writes one command line; returns the answer line."""
         self.proc.stdin.write((line + "\n").encode())
         self.proc.stdin.flush()
-        answer = self._reader.readline(timeout)
-        if check and answer != "ok":
-            raise RuntimeError("mock-broker %r -> %r" % (line, answer))
-        return answer
+        return self._reader.readline(timeout)
 
     def stop(self, timeout=10):
         """quit + EOF; SIGKILL if it does not exit in time. Returns rc."""
@@ -623,6 +703,39 @@ class MockBroker:
                 except Exception:
                     pass
             _unregister(self)
+
+
+# --------------------------------------------------------------------------
+# Mock broker
+# --------------------------------------------------------------------------
+
+class MockBroker(_PipedHelper):
+    """build/mock-broker as a subprocess: .bootstrap and .cmd(line)."""
+
+    def __init__(self, log_dir, brokers=1, partitions=4, binary=None, extra_args=()):
+        binary = binary or os.path.join(tools_dir(), "mock-broker")
+        if not os.access(binary, os.X_OK):
+            raise FileNotFoundError("%s not built (cmake --build build --target mock-broker)" % binary)
+        # TCP_NODELAY on the broker's connections, as a real broker has them
+        # (tests/tools/nodelay_preload.c): without it a pipelined response
+        # waits up to 40 ms for the client's delayed ACK, and read-backs of
+        # big topics fall behind the mock's 5 MiB per-partition log.
+        preload = os.path.join(tools_dir(), "libnodelay.so")
+        if not os.access(preload, os.R_OK):
+            raise FileNotFoundError("%s not built (cmake --build build --target nodelay)" % preload)
+        line = self._spawn([binary, "--brokers", str(brokers), "--partitions", str(partitions)]
+                           + list(extra_args), log_dir, "mock-broker", "BOOTSTRAP ",
+                           env=dict(os.environ, LD_PRELOAD=preload))
+        self.bootstrap = line.split(" ", 1)[1].strip()
+        self.brokers = brokers
+
+    def cmd(self, line, timeout=30, check=True):
+        """Sends one command and returns the answer ('ok' or 'err ...');
+        with check, an 'err' answer raises."""
+        answer = self._send(line, timeout)
+        if check and answer != "ok":
+            raise RuntimeError("mock-broker %r -> %r" % (line, answer))
+        return answer
 
 
 # --------------------------------------------------------------------------
@@ -794,6 +907,26 @@ class Process:
         _unregister(self)
 
 
+class ProcessFactory:
+    """Starts `binary` as a Process per call: factory(*args, env=None); the
+    log of the Nth is <log_dir>/<name>-N.log. cleanup() SIGKILLs every one
+    still running (a fixture's teardown)."""
+
+    def __init__(self, binary, log_dir, name):
+        self.binary, self.log_dir, self.name = binary, log_dir, name
+        self.procs = []
+
+    def __call__(self, *args, env=None):
+        log = os.path.join(self.log_dir, "%s-%d.log" % (self.name, len(self.procs) + 1))
+        p = Process([self.binary] + [str(a) for a in args], log, env=env)
+        self.procs.append(p)
+        return p
+
+    def cleanup(self):
+        for p in self.procs:
+            p.cleanup()
+
+
 # --------------------------------------------------------------------------
 # Kafka read-back
 # --------------------------------------------------------------------------
@@ -951,7 +1084,7 @@ def produce(bootstrap, topic, messages, timeout=30, **conf):
 # Fault proxy (tests/tools/fault_proxy.py)
 # --------------------------------------------------------------------------
 
-class FaultProxy:
+class FaultProxy(_PipedHelper):
     """tests/tools/fault_proxy.py in front of 127.0.0.1:target_port: point a
     client at .port, then break its path with .stall(), .resume(), .delay(),
     .cut(), .reset(), .refuse(). direction: "up" (client -> target), "down"
@@ -963,33 +1096,18 @@ class FaultProxy:
 
     def __init__(self, target_port, log_dir, listen_port=0, max_seconds=1800):
         script = os.path.join(REPO_ROOT, "tests", "tools", "fault_proxy.py")
-        self.logfile = os.path.join(log_dir, "fault-proxy-%s.log" % uuid.uuid4().hex[:6])
-        self._log = open(self.logfile, "wb")
         self.target_port = target_port
-        self.proc = subprocess.Popen(
-            ["python3", script, "--target", "127.0.0.1:%d" % target_port,
-             "--listen", "127.0.0.1:%d" % listen_port, "--max-seconds", str(max_seconds)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            preexec_fn=_die_with_parent)
-        _register(self)
-        self._reader = _LineReader(self.proc.stdout.fileno())
-        try:
-            line = self._reader.readline(15)
-        except Exception:
-            self.cleanup()
-            raise
-        if not line.startswith("LISTEN "):
-            self.cleanup()
-            raise RuntimeError("fault_proxy said %r" % line)
+        line = self._spawn(["python3", script, "--target", "127.0.0.1:%d" % target_port,
+                            "--listen", "127.0.0.1:%d" % listen_port,
+                            "--max-seconds", str(max_seconds)],
+                           log_dir, "fault-proxy", "LISTEN ")
         self.port = int(line.rsplit(":", 1)[1])
         self.address = "127.0.0.1:%d" % self.port
 
     def cmd(self, line, timeout=10):
         """One command; returns the answer after "ok" ('' if none); an
         "err" answer raises."""
-        self.proc.stdin.write((line + "\n").encode())
-        self.proc.stdin.flush()
-        answer = self._reader.readline(timeout)
+        answer = self._send(line, timeout)
         if not answer.startswith("ok"):
             raise RuntimeError("fault_proxy %r -> %r" % (line, answer))
         return answer[2:].strip()
@@ -1037,32 +1155,6 @@ class FaultProxy:
         """Since start: {"accepted": connections, "up": bytes, "down": bytes}."""
         return {k: int(v) for k, v in (w.split("=") for w in self.cmd("stats").split())}
 
-    def stop(self, timeout=10):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(b"quit\n")
-                self.proc.stdin.flush()
-                self.proc.stdin.close()
-            except (BrokenPipeError, ValueError):
-                pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
-
-    def cleanup(self):
-        try:
-            self.stop()
-        finally:
-            for f in (self.proc.stdout, self._log):
-                try:
-                    f.close()
-                except Exception:
-                    pass
-            _unregister(self)
-
 
 class ProxiedBroker(MockBroker):
     """A MockBroker whose every client connection goes through a FaultProxy
@@ -1075,10 +1167,8 @@ class ProxiedBroker(MockBroker):
         super().__init__(log_dir, brokers=brokers, partitions=partitions,
                          extra_args=["--advertise", ",".join(map(str, ports))])
         self.proxies = []
+        line = self._expect_line("LISTEN ", "mock-broker")
         try:
-            line = self._reader.readline(15)
-            if not line.startswith("LISTEN "):
-                raise RuntimeError("mock-broker said %r" % line)
             real = [int(a.rsplit(":", 1)[1]) for a in line.split(" ", 1)[1].split(",")]
             for adv, port in zip(ports, real):
                 self.proxies.append(FaultProxy(port, log_dir, listen_port=adv))

@@ -33,11 +33,8 @@ The broker's response delay (rtt) slows the backfill down so that a kill
 lands inside it; the relayer runs with its defaults.
 """
 
-import json
-import threading
 import time
 
-import psycopg2
 import pytest
 
 import harness
@@ -61,54 +58,35 @@ def seed(pg):
     return pending
 
 
-class Producers:
-    """Threads committing one event per transaction on the seeded
-    aggregates; thread i owns the aggregates g % threads == i, so per
-    aggregate the commit order is the id order."""
+class Producers(harness.Producers):
+    """harness.Producers on the seeded aggregates; thread i owns the
+    aggregates g % threads == i, so per aggregate the commit order is the
+    id order."""
 
-    def __init__(self, pg, threads=2, rate=100):
-        self.pg = pg
-        self.committed = []
-        self.lock = threading.Lock()
-        self.stop_flag = threading.Event()
-        self.errors = []
-        self.threads = [threading.Thread(target=self._run, args=(i, threads, rate), daemon=True)
-                        for i in range(threads)]
+    def _rows(self, i, n):
+        aggs = [a for a in range(AGGREGATES) if a % n == i]
+        k = 0
+        while True:
+            agg = aggs[k % len(aggs)]
+            k += 1
+            yield ("INSERT INTO events_outbox (aggregate_id, type, payload) "
+                   "VALUES (md5('agg' || %s)::uuid, 'order.placed', "
+                   "json_build_object('live', %s)::jsonb) RETURNING id", (agg, k))
 
-    def _run(self, i, n, rate):
-        try:
-            conn = psycopg2.connect(self.pg.dsn(), connect_timeout=10)
-            aggs = [a for a in range(AGGREGATES) if a % n == i]
-            k = 0
-            with conn.cursor() as cur:
-                while not self.stop_flag.is_set():
-                    agg = aggs[k % len(aggs)]
-                    k += 1
-                    cur.execute("INSERT INTO events_outbox (aggregate_id, type, payload) "
-                                "VALUES (md5('agg' || %s)::uuid, 'order.placed', "
-                                "json_build_object('live', %s)::jsonb) RETURNING id",
-                                (agg, k))
-                    eid = cur.fetchone()[0]
-                    conn.commit()
-                    with self.lock:
-                        self.committed.append(str(eid))
-                    time.sleep(1.0 / rate)
-            conn.close()
-        except Exception as e:  # surfaced by stop()
-            self.errors.append(e)
 
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def stop(self):
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(30)
-        assert not self.errors, self.errors
-        with self.lock:
-            return list(self.committed)
+def streams_then_all_arrived(p, pg, kafka, prod, pending, done):
+    """Once p streams (for 2 s), the producers stop; with done the durable
+    marker says the backfill is done; check() holds for what Kafka has
+    (every pending and streamed row, no dispatched one, commit order per
+    aggregate); p stops with exit 0 on SIGTERM."""
+    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
+    time.sleep(2)
+    streamed = prod.stop()
+    if done:
+        assert marker(pg)["backfill_state"] == "done"
+    msgs = collect(kafka, pending | set(streamed))
+    check(msgs, pending, DISPATCHED, streamed)
+    assert p.terminate() == 0
 
 
 def count_in_kafka(kafka, at_least, timeout):
@@ -214,12 +192,7 @@ def test_sigkill_during_backfill_then_restart(pg, broker, kafka, relayer, point)
 
     # The marker, not the flag, says a backfill is unfinished.
     p = relayer(*(args if point != "middle-restart-without-flag" else args[:-2]))
-    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
-    time.sleep(2)
-    streamed = prod.stop()
-    msgs = collect(kafka, pending | set(streamed))
-    check(msgs, pending, DISPATCHED, streamed)
-    assert p.terminate() == 0
+    streams_then_all_arrived(p, pg, kafka, prod, pending, done=False)
 
 
 @pytest.mark.parametrize("code", [13, 74])  # NETWORK_EXCEPTION, FENCED_LEADER_EPOCH
@@ -282,13 +255,7 @@ def test_sigkill_before_the_marker_clears(pg, broker, kafka, relayer):
 
     p = relayer(*args)
     p.wait_for_log(r"backfill: resuming", timeout=60)
-    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
-    time.sleep(2)
-    streamed = prod.stop()
-    assert marker(pg)["backfill_state"] == "done"
-    msgs = collect(kafka, pending | set(streamed))
-    check(msgs, pending, DISPATCHED, streamed)
-    assert p.terminate() == 0
+    streams_then_all_arrived(p, pg, kafka, prod, pending, done=True)
 
 
 def test_two_replicas_one_backfills_the_other_resumes(pg, broker, kafka, relayer):
@@ -308,12 +275,7 @@ def test_two_replicas_one_backfills_the_other_resumes(pg, broker, kafka, relayer
     broker.cmd("rtt -1 0")
 
     second.wait_for_log(r"backfill: resuming", timeout=60)
-    second.wait_for_log(r"streaming public\.events_outbox", timeout=180)
-    time.sleep(2)
-    streamed = prod.stop()
-    msgs = collect(kafka, pending | set(streamed))
-    check(msgs, pending, DISPATCHED, streamed)
-    assert second.terminate() == 0
+    streams_then_all_arrived(second, pg, kafka, prod, pending, done=False)
 
 
 def test_complete_backfill_is_not_redone(pg, broker, kafka, relayer):
@@ -357,10 +319,4 @@ def test_crash_between_slot_and_bound_is_resumed(pg, broker, kafka, relayer):
     time.sleep(1)
     p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap)
     p.wait_for_log(r"backfill: resuming", timeout=60)
-    p.wait_for_log(r"streaming public\.events_outbox", timeout=180)
-    time.sleep(2)
-    streamed = prod.stop()
-    assert marker(pg)["backfill_state"] == "done"
-    msgs = collect(kafka, pending | set(streamed))
-    check(msgs, pending, DISPATCHED, streamed)
-    assert p.terminate() == 0
+    streams_then_all_arrived(p, pg, kafka, prod, pending, done=True)

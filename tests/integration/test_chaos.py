@@ -80,15 +80,23 @@ def _env_int(name, default):
 
 class Producer(threading.Thread):
     """Commits transactions of 1-3 events at a fixed rate until stopped,
-    riding out connection loss (PostgreSQL restarts under it)."""
+    riding out connection loss (PostgreSQL restarts under it). The one
+    transaction loop of test_chaos.py, test_chaos_partitioned.py and
+    tests/soak/soak.py: they change what a transaction writes (_insert), how
+    its aggregates are chosen (_pick) and the schedule (period, lag)."""
+
+    lag = 1                   # periods the schedule may fall behind and catch up
+    rollback_rate = ROLLBACK_RATE
 
     def __init__(self, pg, n, aggs, rng, stop):
         super().__init__(daemon=True, name="producer-%d" % n)
         self.pg, self.n, self.aggs, self.rng, self.stop = pg, n, aggs, rng, stop
+        self.period = 1.0 / TX_PER_SECOND
         self.committed = []       # event ids whose COMMIT returned
         self.rolled_back = []     # event ids whose transaction was rolled back
         self.uncertain = []       # event ids whose transaction's outcome was lost
         self.tx_committed = self.tx_rolled_back = self.errors = 0
+        self.events_committed = 0
         self.conn = None
 
     def _connect(self):
@@ -97,55 +105,75 @@ class Producer(threading.Thread):
         except psycopg2.Error:
             self.conn = None
 
+    def _pick(self):
+        """The next transaction's aggregates, sorted: row locks are taken
+        in aggregate order, so producers never deadlock."""
+        return sorted(self.rng.choice(self.aggs) for _ in range(self.rng.randint(1, 3)))
+
+    def _created_at(self):
+        """The next event's created_at (None: now())."""
+        return None
+
+    def _insert(self, cur, aggs, tx, ids):
+        """Writes transaction `tx`'s events for `aggs`, appending each new
+        row's id to `ids` as soon as it exists."""
+        for agg in aggs:
+            at = self._created_at()
+            cur.execute("UPDATE chaos_seq SET seq = seq + 1 WHERE agg = %s "
+                        "RETURNING seq, topic", (agg,))
+            seq, topic = cur.fetchone()
+            payload = json.dumps({"agg": agg, "seq": seq, "producer": self.n, "tx": tx,
+                                  "nonce": uuid.uuid4().hex})
+            cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload, "
+                        "created_at) VALUES (%s, %s, %s::jsonb, "
+                        "coalesce(%s::timestamptz, now())) RETURNING id",
+                        (agg, topic + ".changed", payload, at))
+            ids.append(cur.fetchone()[0])
+
+    def _one_tx(self, tx):
+        """One transaction, committed or (rollback_rate) rolled back, with
+        its bookkeeping; a connection error drops the connection."""
+        aggs = self._pick()
+        rollback = self.rng.random() < self.rollback_rate
+        ids, committing = [], False
+        try:
+            self._insert(self.conn.cursor(), aggs, tx, ids)
+            if rollback:
+                self.conn.rollback()
+                self.rolled_back += ids
+                self.tx_rolled_back += 1
+            else:
+                committing = True
+                self.conn.commit()
+                self.committed += ids
+                self.tx_committed += 1
+                self.events_committed += len(ids)
+        except psycopg2.Error:
+            self.errors += 1
+            # Before COMMIT the transaction is certainly gone; during it
+            # the outcome is unknown until we look at the table.
+            (self.uncertain if committing else self.rolled_back).extend(ids)
+            try:
+                self.conn.close()
+            except psycopg2.Error:
+                pass
+            self.conn = None
+
     def run(self):
-        period = 1.0 / TX_PER_SECOND
-        next_at = time.monotonic() + self.rng.random() * period
+        next_at = time.monotonic() + self.rng.random() * self.period
         i = 0
         while not self.stop.is_set():
             delay = next_at - time.monotonic()
             if delay > 0 and self.stop.wait(delay):
                 break
-            next_at = max(next_at + period, time.monotonic() - period)
+            next_at = max(next_at + self.period, time.monotonic() - self.lag * self.period)
             if self.conn is None:
                 self._connect()
                 if self.conn is None:
                     self.errors += 1
                     continue
             i += 1
-            aggs = sorted(self.rng.choice(self.aggs) for _ in range(self.rng.randint(1, 3)))
-            rollback = self.rng.random() < ROLLBACK_RATE
-            ids, committing = [], False
-            try:
-                cur = self.conn.cursor()
-                for agg in aggs:
-                    cur.execute("UPDATE chaos_seq SET seq = seq + 1 WHERE agg = %s "
-                                "RETURNING seq, topic", (agg,))
-                    seq, topic = cur.fetchone()
-                    payload = json.dumps({"agg": agg, "seq": seq, "producer": self.n, "tx": i,
-                                          "nonce": uuid.uuid4().hex})
-                    cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload) "
-                                "VALUES (%s, %s, %s::jsonb) RETURNING id",
-                                (agg, topic + ".changed", payload))
-                    ids.append(cur.fetchone()[0])
-                if rollback:
-                    self.conn.rollback()
-                    self.rolled_back += ids
-                    self.tx_rolled_back += 1
-                else:
-                    committing = True
-                    self.conn.commit()
-                    self.committed += ids
-                    self.tx_committed += 1
-            except psycopg2.Error:
-                self.errors += 1
-                # Before COMMIT the transaction is certainly gone; during it
-                # the outcome is unknown until we look at the table.
-                (self.uncertain if committing else self.rolled_back).extend(ids)
-                try:
-                    self.conn.close()
-                except psycopg2.Error:
-                    pass
-                self.conn = None
+            self._one_tx(i)
         if self.conn is not None:
             self.conn.close()
 
@@ -185,6 +213,27 @@ class Supervisor:
     def log_count(self, pattern):
         rx = re.compile(pattern, re.IGNORECASE)
         return sum(len(rx.findall(p.log_text())) for p in self.procs)
+
+
+def commit_marker(pg, topic):
+    """Commits one `<topic>.marker` event after everything else; returns
+    (its id, the end of its commit record). Once the slot has confirmed
+    that position, every earlier transaction was delivered."""
+    conn = psycopg2.connect(pg.dsn(), connect_timeout=10)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT pg_current_wal_insert_lsn(), pg_current_xact_id()::xid::text")
+        start_lsn, xid = cur.fetchone()
+        cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload) "
+                    "VALUES (%s, %s, '{}') RETURNING id", (str(uuid.uuid4()), topic + ".marker"))
+        marker_id = cur.fetchone()[0]
+        conn.commit()
+        cur.execute("SELECT max(end_lsn) FROM pg_get_wal_records_info(%s::pg_lsn, "
+                    "pg_current_wal_flush_lsn()) WHERE resource_manager = 'Transaction' "
+                    "AND record_type = 'COMMIT' AND xid = %s::xid", (start_lsn, xid))
+        return marker_id, harness.lsn_to_int(cur.fetchone()[0])
+    finally:
+        conn.close()
 
 
 def read_to_end(bootstrap, topics, timeout=90):
@@ -419,19 +468,7 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
 
     # Catch up: a marker committed after everything else; once the slot has
     # confirmed its commit, every earlier transaction was delivered.
-    conn = psycopg2.connect(pg.dsn(), connect_timeout=10)
-    cur = conn.cursor()
-    cur.execute("SELECT pg_current_wal_insert_lsn(), pg_current_xact_id()::xid::text")
-    start_lsn, xid = cur.fetchone()
-    cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload) "
-                "VALUES (%s, 'chaosa.marker', '{}') RETURNING id", (str(uuid.uuid4()),))
-    marker_id = cur.fetchone()[0]
-    conn.commit()
-    cur.execute("SELECT max(end_lsn) FROM pg_get_wal_records_info(%s::pg_lsn, "
-                "pg_current_wal_flush_lsn()) WHERE resource_manager = 'Transaction' "
-                "AND record_type = 'COMMIT' AND xid = %s::xid", (start_lsn, xid))
-    marker_end = harness.lsn_to_int(cur.fetchone()[0])
-    conn.close()
+    marker_id, marker_end = commit_marker(pg, "chaosa")
 
     def caught_up():
         sup.check()

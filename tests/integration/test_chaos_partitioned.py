@@ -58,6 +58,7 @@ import psycopg2
 import pytest
 
 import harness
+import test_chaos
 from harness import wait_until
 from test_backfill import marker
 from test_chaos import SLOT, TOPICS, Supervisor, read_to_end
@@ -79,70 +80,19 @@ def _env_int(name, default):
     return int(os.environ.get(name) or default)
 
 
-class Producer(threading.Thread):
+class Producer(test_chaos.Producer):
     """test_chaos.py's producer, writing created_at from a shared list of
     targets (None = now()) that the test changes while it runs."""
 
-    def __init__(self, pg, n, aggs, rng, stop, targets):
-        super().__init__(daemon=True, name="producer-%d" % n)
-        self.pg, self.n, self.aggs, self.rng, self.stop = pg, n, aggs, rng, stop
-        self.targets = targets
-        self.committed, self.rolled_back, self.uncertain = [], [], []
-        self.tx_committed = self.tx_rolled_back = self.errors = 0
-        self.conn = None
+    rollback_rate = ROLLBACK_RATE
 
-    def run(self):
-        period = 1.0 / TX_PER_SECOND
-        next_at = time.monotonic() + self.rng.random() * period
-        i = 0
-        while not self.stop.is_set():
-            delay = next_at - time.monotonic()
-            if delay > 0 and self.stop.wait(delay):
-                break
-            next_at = max(next_at + period, time.monotonic() - period)
-            if self.conn is None:
-                try:
-                    self.conn = psycopg2.connect(self.pg.dsn(), connect_timeout=3)
-                except psycopg2.Error:
-                    self.errors += 1
-                    continue
-            i += 1
-            aggs = sorted(self.rng.choice(self.aggs) for _ in range(self.rng.randint(1, 3)))
-            rollback = self.rng.random() < ROLLBACK_RATE
-            ids, committing = [], False
-            try:
-                cur = self.conn.cursor()
-                for agg in aggs:
-                    at = self.rng.choice(list(self.targets))
-                    cur.execute("UPDATE chaos_seq SET seq = seq + 1 WHERE agg = %s "
-                                "RETURNING seq, topic", (agg,))
-                    seq, topic = cur.fetchone()
-                    payload = json.dumps({"agg": agg, "seq": seq, "producer": self.n, "tx": i,
-                                          "nonce": uuid.uuid4().hex})
-                    cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload, "
-                                "created_at) VALUES (%s, %s, %s::jsonb, "
-                                "coalesce(%s::timestamptz, now())) RETURNING id",
-                                (agg, topic + ".changed", payload, at))
-                    ids.append(cur.fetchone()[0])
-                if rollback:
-                    self.conn.rollback()
-                    self.rolled_back += ids
-                    self.tx_rolled_back += 1
-                else:
-                    committing = True
-                    self.conn.commit()
-                    self.committed += ids
-                    self.tx_committed += 1
-            except psycopg2.Error:
-                self.errors += 1
-                (self.uncertain if committing else self.rolled_back).extend(ids)
-                try:
-                    self.conn.close()
-                except psycopg2.Error:
-                    pass
-                self.conn = None
-        if self.conn is not None:
-            self.conn.close()
+    def __init__(self, pg, n, aggs, rng, stop, targets):
+        super().__init__(pg, n, aggs, rng, stop)
+        self.period = 1.0 / TX_PER_SECOND
+        self.targets = targets
+
+    def _created_at(self):
+        return self.rng.choice(list(self.targets))
 
 
 def commit_lsn(pg, sql, params=()):
@@ -377,19 +327,7 @@ def test_chaos_partitioned(pg, broker, relayer, kill3):
 
     # 6. A final marker; once the slot confirmed its commit, everything
     # before it was delivered.
-    conn = psycopg2.connect(pg.dsn(), connect_timeout=10)
-    cur = conn.cursor()
-    cur.execute("SELECT pg_current_wal_insert_lsn(), pg_current_xact_id()::xid::text")
-    start_lsn, xid = cur.fetchone()
-    cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload) "
-                "VALUES (%s, 'chaosa.marker', '{}') RETURNING id", (str(uuid.uuid4()),))
-    marker_id = cur.fetchone()[0]
-    conn.commit()
-    cur.execute("SELECT max(end_lsn) FROM pg_get_wal_records_info(%s::pg_lsn, "
-                "pg_current_wal_flush_lsn()) WHERE resource_manager = 'Transaction' "
-                "AND record_type = 'COMMIT' AND xid = %s::xid", (start_lsn, xid))
-    marker_end = harness.lsn_to_int(cur.fetchone()[0])
-    conn.close()
+    marker_id, marker_end = test_chaos.commit_marker(pg, "chaosa")
 
     def caught_up():
         sup.check()

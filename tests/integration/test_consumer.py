@@ -72,17 +72,9 @@ def consumer_binary(build_dir):
 def consume(consumer_binary, tmp_path):
     """Factory: consume(*args, env=None) starts build/outbox-consume; log in
     <tmp>/consumer-N.log; SIGKILLed at teardown if still running."""
-    procs = []
-
-    def start(*args, env=None):
-        log = os.path.join(str(tmp_path), "consumer-%d.log" % (len(procs) + 1))
-        p = harness.Process([consumer_binary] + [str(a) for a in args], log, env=env)
-        procs.append(p)
-        return p
-
+    start = harness.ProcessFactory(consumer_binary, str(tmp_path), "consumer")
     yield start
-    for p in procs:
-        p.cleanup()
+    start.cleanup()
 
 
 @pytest.fixture
@@ -169,6 +161,26 @@ def event(customer, points, event_id, typ="order.placed", payload=None):
     if event_id is not None:
         headers.insert(0, ("event_id", event_id.encode()))
     return (customer.encode(), value.encode(), headers)
+
+
+class Orders:
+    """Publishes order events straight to Kafka (no relayer): event n gives
+    customer n % len(customers) n points; .expected = {customer: points}
+    (with zero, every customer from the start)."""
+
+    def __init__(self, kafka, customers, id_format="e%d", zero=False):
+        self.kafka, self.customers, self.id_format = kafka, customers, id_format
+        self.expected = {c: 0 for c in customers} if zero else {}
+        self.n = 0
+
+    def send(self, count):
+        msgs = []
+        for _ in range(count):
+            self.n += 1
+            c = self.customers[self.n % len(self.customers)]
+            self.expected[c] = self.expected.get(c, 0) + self.n
+            msgs.append(event(c, self.n, self.id_format % self.n))
+        assert self.kafka.produce("order", msgs) == []
 
 
 def points(pg):
@@ -321,18 +333,8 @@ def test_survives_postgres_restart(shop, broker, kafka, consume, tuning):
     pg = shop
     broker.cmd("topic order 2")
     customers = [str(uuid.uuid4()) for _ in range(3)]
-    expected = {c: 0 for c in customers}
-    n = 0
-
-    def send(count):
-        nonlocal n
-        msgs = []
-        for _ in range(count):
-            n += 1
-            c = customers[n % 3]
-            expected[c] += n
-            msgs.append(event(c, n, str(n)))
-        assert kafka.produce("order", msgs) == []
+    orders = Orders(kafka, customers, id_format="%d", zero=True)
+    send, expected = orders.send, orders.expected
 
     send(30)
     p = consume(*consumer_args(pg, broker, tuning=tuning))
@@ -375,11 +377,13 @@ def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, 
     row + order.placed event in one transaction, ~20 % rolled back); the
     relayer and outbox-consume are SIGKILLed and restarted several times;
     at the end every customer's points are exactly the sum over their
-    committed orders and processed_events holds each committed event once."""
+    committed orders and processed_events holds each committed event once.
+    tuning "defaults": neither the relayer nor the consumer gets a tuning
+    flag."""
     pg = shop
     t0 = time.monotonic()
     broker.cmd("topic order 4")
-    relay_argv = relay_args + ["--status-interval", "0.5"]
+    relay_argv = relay_args + harness.tuned(tuning, "--status-interval", "0.5")
     cons_argv = consumer_args(pg, broker, tuning=tuning)
     rel = relayer(*relay_argv)
     rel.wait_for_log(r"streaming public\.events_outbox", timeout=30)
@@ -626,18 +630,8 @@ def test_defaults_restart_after_events_exist(shop, broker, kafka, consume):
     pg = shop
     broker.cmd("topic order 4")
     customers = keys_covering(4, per_partition=2)
-    expected = {}
-    n = 0
-
-    def send(count):
-        nonlocal n
-        msgs = []
-        for _ in range(count):
-            n += 1
-            c = customers[n % len(customers)]
-            expected[c] = expected.get(c, 0) + n
-            msgs.append(event(c, n, "e%d" % n))
-        assert kafka.produce("order", msgs) == []
+    orders = Orders(kafka, customers)
+    send, expected = orders.send, orders.expected
 
     send(40)
     con = consume(*consumer_args(pg, broker, tuning="defaults"))
@@ -816,18 +810,8 @@ def test_defaults_postgres_hangs_while_the_group_rebalances(shop, broker, kafka,
     pg = shop
     broker.cmd("topic order 4")
     customers = keys_covering(4, per_partition=2)
-    expected = {}
-    n = 0
-
-    def send(count):
-        nonlocal n
-        msgs = []
-        for _ in range(count):
-            n += 1
-            c = customers[n % len(customers)]
-            expected[c] = expected.get(c, 0) + n
-            msgs.append(event(c, n, "e%d" % n))
-        assert kafka.produce("order", msgs) == []
+    orders = Orders(kafka, customers)
+    send, expected = orders.send, orders.expected
 
     proxy = PgProxy(pg.port)
     try:

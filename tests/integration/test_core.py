@@ -86,9 +86,12 @@ class Outbox:
         return out
 
 
-def start_relay(relayer, pg, broker, *extra, env=None, wait=True, status=STATUS, dsn=None):
+def start_relay(relayer, pg, broker, *extra, env=None, wait=True, status=STATUS, dsn=None,
+                tuning="tuned"):
+    """The relayer with --status-interval `status` (None: none), or with no
+    tuning flag at all for tuning "defaults"; with wait, once it streams."""
     args = ["--dsn", dsn or pg.dsn(), "--brokers", broker.bootstrap]
-    if status is not None:
+    if status is not None and tuning == "tuned":
         args += ["--status-interval", status]
     r = relayer(*(args + list(extra)), env=env)
     if wait:
@@ -189,12 +192,13 @@ PAYLOADS = [
 ]
 
 
-def test_events_arrive_with_topic_key_value_headers(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_events_arrive_with_topic_key_value_headers(pg, broker, kafka, relayer, tuning):
     """Events committed beside business rows arrive with the topic of the
     default template, key = aggregate_id, value = payload::text exactly,
     and the event_id / event_type / created_at headers."""
     pg.query("CREATE TABLE public.orders (id serial PRIMARY KEY, note text)")
-    r = start_relay(relayer, pg, broker)
+    r = start_relay(relayer, pg, broker, tuning=tuning)
     ob = Outbox(pg)
 
     big = '{"blob": "%s", "tail": "ünï"}' % ("0123456789abcdef" * 6400)   # ~100 KB
@@ -600,10 +604,11 @@ def test_restart_after_sigterm_does_not_resend(pg, broker, kafka, relayer):
     assert r2.terminate() == 0
 
 
-def test_sigkill_mid_stream_loses_nothing(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_sigkill_mid_stream_loses_nothing(pg, broker, kafka, relayer, tuning):
     """SIGKILL while events stream: after a restart every committed event
     is delivered (at least once) and nothing rolled back appears."""
-    r1 = start_relay(relayer, pg, broker)
+    r1 = start_relay(relayer, pg, broker, tuning=tuning)
     ob = Outbox(pg)
     ob.one("kill.warmup")
     assert len(kafka.read("kill", expected=1, timeout=60)) == 1
@@ -618,7 +623,7 @@ def test_sigkill_mid_stream_loses_nothing(pg, broker, kafka, relayer):
     broker.cmd("rtt -1 0")
     for i in range(10):
         committed += ob.tx([(uuid.uuid4(), "kill.ev", '{"after": %d}' % i)]).ids
-    r2 = start_relay(relayer, pg, broker)
+    r2 = start_relay(relayer, pg, broker, tuning=tuning)
     got = read_ids(kafka, "kill", committed, timeout=90)
     ids = by_event_id(got)
     missing = set(committed) - set(ids)
@@ -751,10 +756,11 @@ def test_unreachable_postgres_keeps_retrying(pg_factory, broker, kafka, relayer)
     assert r.terminate() == 0
 
 
-def test_postgres_restart_is_survived(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_postgres_restart_is_survived(pg, broker, kafka, relayer, tuning):
     """The server restarts under a streaming relayer: it reconnects and
     events from before and after arrive."""
-    r = start_relay(relayer, pg, broker)
+    r = start_relay(relayer, pg, broker, tuning=tuning)
     ob = Outbox(pg)
     a = ob.one("pgr.before")
     assert len(kafka.read("pgr", expected=1, timeout=60)) == 1

@@ -11,7 +11,6 @@ import random
 import signal
 import threading
 import time
-import uuid
 
 import psycopg2
 import pytest
@@ -19,52 +18,7 @@ import pytest
 import harness
 
 
-class Producers:
-    """Threads committing one outbox event per transaction until stopped;
-    remembers the ids of committed events."""
-
-    def __init__(self, pg, threads=2, rate=100):
-        self.pg = pg
-        self.committed = []
-        self.lock = threading.Lock()
-        self.stop_flag = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i, rate), daemon=True)
-                        for i in range(threads)]
-        self.errors = []
-
-    def _run(self, n, rate):
-        try:
-            conn = psycopg2.connect(self.pg.dsn(), connect_timeout=10)
-            conn.autocommit = False
-            agg = str(uuid.uuid4())
-            seq = 0
-            with conn.cursor() as cur:
-                while not self.stop_flag.is_set():
-                    seq += 1
-                    cur.execute("INSERT INTO events_outbox (aggregate_id, type, payload) "
-                                "VALUES (%s, 'order.placed', %s) RETURNING id",
-                                (agg, '{"thread": %d, "seq": %d}' % (n, seq)))
-                    eid = cur.fetchone()[0]
-                    conn.commit()
-                    with self.lock:
-                        self.committed.append(str(eid))
-                    time.sleep(1.0 / rate)
-            conn.close()
-        except Exception as e:  # surfaced by stop()
-            self.errors.append(e)
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def stop(self):
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(30)
-        assert not self.errors, self.errors
-        with self.lock:
-            return list(self.committed)
+Producers = harness.Producers
 
 
 def delivered_ids(kafka, expected, timeout=60, topic="order"):
@@ -72,8 +26,10 @@ def delivered_ids(kafka, expected, timeout=60, topic="order"):
     return [m.headers.get("event_id") for m in msgs]
 
 
-def test_standby_takes_over_after_active_is_killed(pg, broker, kafka, relayer):
-    args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--status-interval", "0.5"]
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_standby_takes_over_after_active_is_killed(pg, broker, kafka, relayer, tuning):
+    args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap] + harness.tuned(
+        tuning, "--status-interval", "0.5")
     active = relayer(*args)
     active.wait_for_log(r"streaming public\.events_outbox", timeout=30)
     standby = relayer(*args)
@@ -195,7 +151,8 @@ class Poller:
         assert self.error is None, self.error
 
 
-def test_backfill_migration_from_a_polling_relayer(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_backfill_migration_from_a_polling_relayer(pg, broker, kafka, relayer, tuning):
     # Rows committed before anything ran: the poller takes some of them.
     pg.query("INSERT INTO events_outbox (aggregate_id, type, payload) "
              "SELECT gen_random_uuid(), 'order.placed', json_build_object('pre', g)::jsonb "
@@ -208,7 +165,7 @@ def test_backfill_migration_from_a_polling_relayer(pg, broker, kafka, relayer):
     assert by_poller > 0
 
     p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--backfill", "pending",
-                "--status-interval", "0.5")
+                *harness.tuned(tuning, "--status-interval", "0.5"))
     p.wait_for_log(r"backfill: \d+ rows published", timeout=60)
     p.wait_for_log(r"streaming public\.events_outbox", timeout=30)
     time.sleep(2)

@@ -254,12 +254,14 @@ def test_reaper_deletes_exactly_the_expired_delivered_rows(pg, broker, kafka, re
     assert outbox_ids(pg) == set(recent + fresh + marker)
 
 
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
 def test_reaper_keeps_undelivered_rows_while_the_broker_is_down(pg, broker, kafka, relayer,
-                                                                relay_args, relayer_binary):
+                                                                relay_args, relayer_binary,
+                                                                tuning):
     """During a Kafka outage the slot is not confirmed past the outage's
     events, so rows past retention are kept, however old; once the broker is
     back and they are delivered, the next run deletes them."""
-    p = relayer(*relay_args, "--status-interval", "0.5", "--retention", "0")
+    p = relayer(*relay_args, "--retention", "0", *harness.tuned(tuning, "--status-interval", "0.5"))
     p.wait_for_log("streaming", timeout=30)
     warm = insert(pg, 3)
     assert len(kafka.read(TOPIC, expected=3, timeout=30)) == 3
@@ -283,7 +285,7 @@ def test_reaper_keeps_undelivered_rows_while_the_broker_is_down(pg, broker, kafk
     # server until more WAL comes (see the report on issue 4).
     marker = insert(pg, 1)
     assert len(kafka.read(TOPIC, expected=14, timeout=30)) == 14
-    wait_confirmed_past(pg, pg.current_wal_lsn(), timeout=30)
+    wait_confirmed_past(pg, pg.current_wal_lsn(), timeout=harness.confirm_timeout(tuning, 30))
     r = cli(relayer_binary, "reap", "--dsn", pg.dsn(), "--retention", "1 day")
     assert r.returncode == 0 and "deleted 10 rows in 1 batches" in r.stderr, r.stderr
     assert outbox_ids(pg) == set(warm + marker)

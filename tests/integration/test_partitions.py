@@ -76,9 +76,13 @@ def read_ids(kafka, expected, timeout=30):
     return ids
 
 
-def start(relayer, pg, broker, *extra):
-    p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--status-interval", "0.5",
-                *extra)
+def start(relayer, pg, broker, *extra, tuning="tuned", wait=True):
+    """The relayer (with --status-interval 0.5 as tuned, with no tuning flag
+    for "defaults"); with wait, once it logs that it streams."""
+    p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap,
+                *(harness.tuned(tuning, "--status-interval", "0.5") + list(extra)))
+    if not wait:
+        return p
     p.wait_for_log("streaming", timeout=30)
     return p
 
@@ -87,6 +91,17 @@ def wait_confirmed_now(pg, timeout=30):
     lsn = pg.current_wal_lsn()
     wait_until(lambda: (pg.confirmed_flush_lsn(SLOT) or 0) >= lsn, timeout,
                message="slot to confirm %s" % harness.int_to_lsn(lsn))
+
+
+def warm_then_stop(relayer, pg, broker, kafka, tuning="tuned"):
+    """A relayer streams one warm-up row, the slot confirms it, and the
+    relayer stops (SIGTERM, exit 0): the starting point of a layout change
+    made while no relayer runs."""
+    p = start(relayer, pg, broker, tuning=tuning)
+    insert(pg, 1, tag="warm")
+    read_ids(kafka, 1)
+    wait_confirmed_now(pg, harness.confirm_timeout(tuning, 30))
+    assert p.terminate() == 0
 
 
 def cli(binary, *args, timeout=60):
@@ -107,7 +122,8 @@ def http_get(port, path, timeout=5):
 # membership as of the commit
 # --------------------------------------------------------------------------
 
-def test_detach_while_stopped_never_skips(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_detach_while_stopped_never_skips(pg, broker, kafka, relayer, tuning):
     """500 rows committed into a partition that is detached before the
     relayer decodes them: today's catalog says "not a partition". The
     relayer must not skip them: it stops with exit 1, naming the table, and
@@ -115,10 +131,10 @@ def test_detach_while_stopped_never_skips(pg, broker, kafka, relayer):
     still relay them)."""
     load_partitioned_layout(pg)
     part = current_partition(pg)
-    p = start(relayer, pg, broker)
+    p = start(relayer, pg, broker, tuning=tuning)
     warm = insert(pg, 2, tag="warm")
     assert set(read_ids(kafka, 2)) == set(warm)
-    wait_confirmed_now(pg)
+    wait_confirmed_now(pg, harness.confirm_timeout(tuning, 30))
     assert p.terminate() == 0
     before = pg.confirmed_flush_lsn(SLOT)
 
@@ -127,7 +143,7 @@ def test_detach_while_stopped_never_skips(pg, broker, kafka, relayer):
     marker = insert(pg, 1, table="events_outbox_default", tag="after",
                     created_at="2999-01-01 00:00+00")
 
-    p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--status-interval", "0.5")
+    p = start(relayer, pg, broker, tuning=tuning, wait=False)
     rc = p.wait_exit(60)
     log = p.log_text()
     got = set(event_ids(kafka.read(TOPIC, timeout=5)))
@@ -144,7 +160,8 @@ def test_detach_while_stopped_never_skips(pg, broker, kafka, relayer):
         assert not set(marker) & got, "the relayer went on past the undecidable rows"
 
 
-def test_guard_refuses_detach_until_delivered(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_guard_refuses_detach_until_delivered(pg, broker, kafka, relayer, tuning):
     """With sql/007's guard installed, DETACH of a partition whose rows the
     relayer has not confirmed is refused with a clear message (and rolled
     back); once the relayer has caught up it goes through, every row
@@ -154,11 +171,7 @@ def test_guard_refuses_detach_until_delivered(pg, broker, kafka, relayer):
     part = current_partition(pg)
     pg.query("SELECT public.outbox_relay_install_partition_guard('public.events_outbox', "
              "'outbox_relay', 2)")
-    p = start(relayer, pg, broker)
-    insert(pg, 1, tag="warm")
-    read_ids(kafka, 1)
-    wait_confirmed_now(pg)
-    assert p.terminate() == 0
+    warm_then_stop(relayer, pg, broker, kafka, tuning)
     rows = insert(pg, 500, tag="held")
 
     with pytest.raises(Exception) as e:
@@ -166,7 +179,7 @@ def test_guard_refuses_detach_until_delivered(pg, broker, kafka, relayer):
     assert "partition guard" in str(e.value) and "not confirmed yet" in str(e.value), e.value
     assert pg.scalar("SELECT count(*) FROM pg_inherits WHERE inhrelid = %s::regclass", (part,)) == 1
 
-    p = start(relayer, pg, broker)
+    p = start(relayer, pg, broker, tuning=tuning)
     got = read_ids(kafka, 501, timeout=60)
     assert set(rows) <= set(got)
     pg.query("ALTER TABLE events_outbox DETACH PARTITION %s" % part.replace("public.", ""))
@@ -185,11 +198,7 @@ def test_attach_while_stopped(pg, broker, kafka, relayer):
     relayer instead."""
     load_partitioned_layout(pg)
     pg.query("CREATE TABLE public.staging (LIKE events_outbox INCLUDING ALL)")
-    p = start(relayer, pg, broker)
-    insert(pg, 1, tag="warm")
-    read_ids(kafka, 1)
-    wait_confirmed_now(pg)
-    assert p.terminate() == 0
+    warm_then_stop(relayer, pg, broker, kafka)
     before = pg.confirmed_flush_lsn(SLOT)
     standalone = insert(pg, 4, table="staging", tag="standalone", created_at="2030-03-01 00:00+00")
     pg.query("ALTER TABLE events_outbox ATTACH PARTITION staging "
@@ -233,11 +242,7 @@ def test_other_alter_while_stopped_is_relayed(pg, broker, kafka, relayer):
     history, and every row arrives."""
     load_partitioned_layout(pg)
     part = current_partition(pg)
-    p = start(relayer, pg, broker)
-    insert(pg, 1, tag="warm")
-    read_ids(kafka, 1)
-    wait_confirmed_now(pg)
-    assert p.terminate() == 0
+    warm_then_stop(relayer, pg, broker, kafka)
     rows = insert(pg, 40, tag="behind")
     pg.query("ALTER TABLE %s SET (fillfactor = 90)" % part)
     pg.query("ALTER TABLE events_outbox ADD COLUMN note text")
@@ -278,11 +283,7 @@ def test_rename_while_stopped_never_skips(pg, broker, kafka, relayer):
     with --recreate-slot --backfill pending then relays every one."""
     load_partitioned_layout(pg)
     part = current_partition(pg)
-    p = start(relayer, pg, broker)
-    insert(pg, 1, tag="warm")
-    read_ids(kafka, 1)
-    wait_confirmed_now(pg)
-    assert p.terminate() == 0
+    warm_then_stop(relayer, pg, broker, kafka)
     before = pg.confirmed_flush_lsn(SLOT)
     rows = insert(pg, 50, tag="renamed")
     pg.query("ALTER TABLE %s RENAME TO events_outbox_renamed" % part)
@@ -337,7 +338,7 @@ def test_partition_created_while_streaming(pg, broker, kafka, relayer):
     c = [r[0] for r in cur.fetchall()]
     conn.commit()
     got = read_ids(kafka, 3 + 20 + 7)
-    assert set(a + b + c) == set(got)
+    assert set(a + b + c) == set(got), p.log_tail()
     assert p.running()
 
 

@@ -101,8 +101,11 @@ class Outbox:
                               (event_id,))
 
 
-def start_relay(relayer, pg, broker, *extra, wait=True):
-    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, *(OPTS + list(extra)))
+def start_relay(relayer, pg, broker, *extra, wait=True, tuning="tuned"):
+    """The relayer with OPTS (tuning "tuned") or none of them ("defaults")
+    and `extra`; with wait, once its slot is active."""
+    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap,
+                *(harness.tuned(tuning, *OPTS) + list(extra)))
     if wait:
         wait_streaming(pg, r)
     return r
@@ -235,12 +238,14 @@ def dead_letters(kafka, expected, timeout=60):
 # larger than message.max.bytes
 # --------------------------------------------------------------------------
 
-def test_oversized_event_halts_and_is_resent_after_fix(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_oversized_event_halts_and_is_resent_after_fix(pg, broker, kafka, relayer, tuning):
     """--on-poison halt (default): a 200 KB event with message.max.bytes =
     100000 stops the relayer with exit 1 and an error naming event id,
     type, LSN and the limit; the slot stays before it; a restart with a
-    larger limit delivers it (and what followed)."""
-    r = start_relay(relayer, pg, broker, "-X", "message.max.bytes=" + SMALL_MAX)
+    larger limit delivers it (and what followed). Also with the relayer's
+    default --status-interval and --shutdown-timeout."""
+    r = start_relay(relayer, pg, broker, "-X", "message.max.bytes=" + SMALL_MAX, tuning=tuning)
     ob = Outbox(pg)
     a = ob.one("big.before")
     assert len(read_ids(kafka, "big", a.ids)) == 1
@@ -252,7 +257,7 @@ def test_oversized_event_halts_and_is_resent_after_fix(pg, broker, kafka, relaye
     got = by_event_id(kafka.read("big", timeout=2))
     assert b.id not in got and c.id not in got, "events after the halt were published: %s" % got
 
-    r2 = start_relay(relayer, pg, broker)   # the fix: the default limit (1000000)
+    r2 = start_relay(relayer, pg, broker, tuning=tuning)   # the fix: the default limit (1000000)
     got = read_ids(kafka, "big", b.ids + c.ids, timeout=60)
     assert b.id in got and c.id in got, r2.log_tail()
     assert got[b.id][0].value == ob.payload(b.id)
@@ -260,12 +265,14 @@ def test_oversized_event_halts_and_is_resent_after_fix(pg, broker, kafka, relaye
     assert r2.terminate() == 0
 
 
-def test_oversized_event_dead_lettered(pg, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_oversized_event_dead_lettered(pg, broker, kafka, relayer, tuning):
     """--on-poison dead-letter: the oversized event becomes a headers-only
     dead letter (its payload does not fit), the events after it still
-    flow, and the slot moves past it."""
+    flow, and the slot moves past it. Also with the relayer's default
+    --status-interval and --shutdown-timeout."""
     r = start_relay(relayer, pg, broker, "-X", "message.max.bytes=" + SMALL_MAX,
-                    "--on-poison", "dead-letter")
+                    "--on-poison", "dead-letter", tuning=tuning)
     ob = Outbox(pg)
     a = ob.one("big.before")
     b = ob.one("big.huge", BIG_PAYLOAD)

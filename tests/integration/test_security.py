@@ -71,6 +71,7 @@ from harness import wait_until
 from test_core import wait_streaming
 
 STATUS = "0.5"
+REAP_INTERVAL = 60      # s, --reap-interval's default
 SLOT = "outbox_relay"
 
 
@@ -673,7 +674,12 @@ class LeastPrivilegeCluster(harness.PgCluster):
         shutil.chown(path, "postgres", "postgres")
 
 
-def test_least_privilege_role(cluster_factory, broker, kafka, relayer):
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_least_privilege_role(cluster_factory, broker, kafka, relayer, tuning):
+    """The relayer, its reaper and `status` as the role sql/003 makes, and
+    nothing more. "defaults": no tuning flag (only --retention, the policy
+    under test): the reaper's first run is after the default 60 s
+    --reap-interval."""
     pg = cluster_factory(LeastPrivilegeCluster, settings={"password_encryption": "scram-sha-256"},
                          name="leastpriv")
     # The role exactly as sql/003_relay_role.sql makes it (the harness loaded
@@ -688,16 +694,19 @@ def test_least_privilege_role(cluster_factory, broker, kafka, relayer):
         pg.query(f.read())  # idempotent: loading it again changes nothing
 
     dsn = pg.dsn(user="outbox_relay", password=RELAY_PASSWORD)
-    r = relayer("--dsn", dsn, "--brokers", broker.bootstrap, "--status-interval", STATUS,
-                "--retention", "1 second", "--reap-interval", "0.5", "--heartbeat-interval", "1",
-                "--metrics-addr", "127.0.0.1:%d" % harness.free_port())
+    r = relayer("--dsn", dsn, "--brokers", broker.bootstrap, "--retention", "1 second",
+                "--metrics-addr", "127.0.0.1:%d" % harness.free_port(),
+                *harness.tuned(tuning, "--status-interval", STATUS, "--reap-interval", "0.5",
+                               "--heartbeat-interval", "1"))
     wait_streaming(pg, r)
     assert pg.scalar("SELECT usename FROM pg_stat_replication") == "outbox_relay"
     ids = insert_events(pg, "lp.event", 3)
     assert event_ids(kafka.read("lp", expected=3, timeout=60)) == ids
     # The reaper, as outbox_relay, deletes the delivered rows.
     wait_until(lambda: pg.scalar("SELECT count(*) FROM public.events_outbox WHERE id = ANY(%s)",
-                                 (ids,)) == 0, 60, message="the reaper to delete delivered rows")
+                                 (ids,)) == 0,
+               harness.confirm_timeout(tuning, 60) + (0 if tuning == "tuned" else REAP_INTERVAL),
+               message="the reaper to delete delivered rows")
     # `status` as the same role.
     rc, out, err = run_binary(["status", "--dsn", dsn], timeout=30)
     assert rc == 0, out + err

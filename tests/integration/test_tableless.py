@@ -28,6 +28,7 @@ import time
 import uuid
 
 import psycopg2
+import pytest
 
 import harness
 
@@ -39,8 +40,8 @@ def m_id(lsn_text):
     return "m-%016X" % harness.lsn_to_int(lsn_text)
 
 
-def start_relayer(relayer, relay_args, *extra):
-    r = relayer(*(relay_args + ["--status-interval", "0.5"] + list(extra)))
+def start_relayer(relayer, relay_args, *extra, tuning="tuned"):
+    r = relayer(*(relay_args + harness.tuned(tuning, "--status-interval", "0.5") + list(extra)))
     r.wait_for_log(r"streaming public\.events_outbox", timeout=30)
     return r
 
@@ -59,8 +60,10 @@ def emit_row(cur, agg, typ, payload):
     return str(cur.fetchone()[0])
 
 
-def test_committed_messages_arrive_like_table_events(pg, broker, kafka, relayer, relay_args):
-    rel = start_relayer(relayer, relay_args)
+@pytest.mark.parametrize("tuning", harness.TUNINGS)
+def test_committed_messages_arrive_like_table_events(pg, broker, kafka, relayer, relay_args,
+                                                     tuning):
+    rel = start_relayer(relayer, relay_args, tuning=tuning)
     conn = pg.connect(autocommit=False)
     cur = conn.cursor()
     a1, a2 = ENV_AGG % 1, ENV_AGG % 2
@@ -129,7 +132,8 @@ def test_committed_messages_arrive_like_table_events(pg, broker, kafka, relayer,
     assert len(got) == 6
     # And the slot moves past them.
     end = pg.current_wal_lsn()
-    harness.wait_until(lambda: pg.confirmed_flush_lsn() >= harness.lsn_to_int(l5), 15,
+    harness.wait_until(lambda: pg.confirmed_flush_lsn() >= harness.lsn_to_int(l5),
+                       harness.confirm_timeout(tuning, 15),
                        message="the slot to confirm the messages")
     assert end > 0
     assert rel.terminate(30) == 0

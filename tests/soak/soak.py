@@ -105,64 +105,32 @@ class SoakProducer(test_chaos.Producer):
     """test_chaos.Producer's bookkeeping and reconnects; batches of
     `batch` events per transaction at `rate` events/s."""
 
+    lag = 5
+    rollback_rate = ROLLBACK_RATE
+
     def __init__(self, pg, n, aggs, rng, stop, rate, batch):
         super().__init__(pg, n, aggs, rng, stop)
         self.rate, self.batch = rate, batch
-        self.events_committed = 0
-
-    def run(self):
         # Rolled-back transactions on top: `rate` is what commits.
-        period = self.batch * (1 - ROLLBACK_RATE) / self.rate
-        next_at = time.monotonic() + self.rng.random() * period
-        i = 0
-        while not self.stop.is_set():
-            delay = next_at - time.monotonic()
-            if delay > 0 and self.stop.wait(delay):
-                break
-            next_at = max(next_at + period, time.monotonic() - 5 * period)
-            if self.conn is None:
-                self._connect()
-                if self.conn is None:
-                    self.errors += 1
-                    continue
-            i += 1
-            aggs = sorted(self.rng.sample(self.aggs, self.rng.randint(1, 3)))
-            sizes = [self.batch // len(aggs)] * len(aggs)
-            sizes[0] += self.batch - sum(sizes)
-            rollback = self.rng.random() < ROLLBACK_RATE
-            ids, committing = [], False
-            try:
-                cur = self.conn.cursor()
-                for agg, k in zip(aggs, sizes):
-                    cur.execute(
-                        "WITH s AS (UPDATE soak_seq SET seq = seq + %(k)s WHERE agg = %(agg)s "
-                        "RETURNING seq, topic) "
-                        "INSERT INTO public.events_outbox (aggregate_id, type, payload) "
-                        "SELECT %(agg)s::uuid, s.topic || '.changed', jsonb_build_object("
-                        "'agg', %(agg)s::text, 'seq', s.seq - %(k)s + g, 'p', %(p)s, 'tx', %(tx)s, "
-                        "'pad', %(pad)s) FROM s, generate_series(1, %(k)s) AS g ORDER BY g "
-                        "RETURNING id", dict(k=k, agg=agg, p=self.n, tx=i, pad=PAD))
-                    ids += [r[0] for r in cur.fetchall()]
-                if rollback:
-                    self.conn.rollback()
-                    self.rolled_back += ids
-                    self.tx_rolled_back += 1
-                else:
-                    committing = True
-                    self.conn.commit()
-                    self.committed += ids
-                    self.tx_committed += 1
-                    self.events_committed += len(ids)
-            except psycopg2.Error:
-                self.errors += 1
-                (self.uncertain if committing else self.rolled_back).extend(ids)
-                try:
-                    self.conn.close()
-                except psycopg2.Error:
-                    pass
-                self.conn = None
-        if self.conn is not None:
-            self.conn.close()
+        self.period = self.batch * (1 - ROLLBACK_RATE) / self.rate
+
+    def _pick(self):
+        aggs = sorted(self.rng.sample(self.aggs, self.rng.randint(1, 3)))
+        self._sizes = [self.batch // len(aggs)] * len(aggs)
+        self._sizes[0] += self.batch - sum(self._sizes)
+        return aggs
+
+    def _insert(self, cur, aggs, tx, ids):
+        for agg, k in zip(aggs, self._sizes):
+            cur.execute(
+                "WITH s AS (UPDATE soak_seq SET seq = seq + %(k)s WHERE agg = %(agg)s "
+                "RETURNING seq, topic) "
+                "INSERT INTO public.events_outbox (aggregate_id, type, payload) "
+                "SELECT %(agg)s::uuid, s.topic || '.changed', jsonb_build_object("
+                "'agg', %(agg)s::text, 'seq', s.seq - %(k)s + g, 'p', %(p)s, 'tx', %(tx)s, "
+                "'pad', %(pad)s) FROM s, generate_series(1, %(k)s) AS g ORDER BY g "
+                "RETURNING id", dict(k=k, agg=agg, p=self.n, tx=tx, pad=PAD))
+            ids += [r[0] for r in cur.fetchall()]
 
 
 class Reader(threading.Thread):
@@ -507,19 +475,7 @@ def main():
         n_produced / t_produced)
 
     # Catch up: a marker committed after everything else (test_chaos's way).
-    conn = psycopg2.connect(pg.dsn(), connect_timeout=10)
-    cur = conn.cursor()
-    cur.execute("SELECT pg_current_wal_insert_lsn(), pg_current_xact_id()::xid::text")
-    start_lsn, xid = cur.fetchone()
-    cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload) "
-                "VALUES (%s, 'soaka.marker', '{}') RETURNING id", (str(uuid.uuid4()),))
-    marker_id = cur.fetchone()[0]
-    conn.commit()
-    cur.execute("SELECT max(end_lsn) FROM pg_get_wal_records_info(%s::pg_lsn, pg_current_wal_flush_lsn()) "
-                "WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' AND xid = %s::xid",
-                (start_lsn, xid))
-    marker_end = harness.lsn_to_int(cur.fetchone()[0])
-    conn.close()
+    marker_id, marker_end = test_chaos.commit_marker(pg, "soaka")
 
     def caught_up():
         sup.check()
