@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/pgconn.h"
 
@@ -249,6 +251,52 @@ static const char LOOKUP_SQL_TAIL[] =
     " FROM chain ch JOIN pg_class c ON c.oid = ch.relid"
     " JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY ch.depth";
 
+/* Whether transaction xid is visible to a new snapshot: the 32-bit xid
+ * widened with the epoch of the snapshot's xmax (it is older than xmax). */
+#define VISIBLE_SQL                                                                       \
+    "WITH s AS (SELECT pg_current_snapshot() AS snap),"                                   \
+    " x AS (SELECT snap, pg_snapshot_xmax(snap)::text::bigint AS xmax FROM s)"            \
+    " SELECT pg_visible_in_snapshot((xmax - ((xmax - $1::bigint) % 4294967296"            \
+    "   + 4294967296) % 4294967296)::text::xid8, snap) FROM x"
+
+/* The walsender decodes a commit as soon as its WAL record is flushed,
+ * which can be before the committing backend has made it visible to other
+ * sessions. A lookup in that moment would see the catalog as it was before
+ * the transaction whose rows are being decided (a CREATE TABLE ... PARTITION
+ * OF in it would look like no table at all): waits, bounded, until the
+ * transaction is visible. */
+static int wait_visible(struct partition_map *pm, uint32_t xid, char *err, size_t errlen)
+{
+    char x[16];
+    snprintf(x, sizeof x, "%u", xid);
+    const char *params[] = {x};
+    double deadline = mono_now() + LOOKUP_TIMEOUT;
+    for (;;) {
+        char msg[512] = "";
+        PGresult *res = pgconn_exec(pm->conn, VISIBLE_SQL, 1, params, LOOKUP_TIMEOUT, msg,
+                                    sizeof msg);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+            if (res != NULL)
+                pgconn_error(pm->conn, msg, sizeof msg);
+            PQclear(res);
+            snprintf(err, errlen, "cannot tell whether transaction %u is visible yet: %.400s",
+                     xid, msg);
+            return -1;
+        }
+        bool visible = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        if (visible)
+            return 0;
+        if (mono_now() >= deadline) {
+            snprintf(err, errlen, "transaction %u, decoded as committed, is still not visible "
+                     "to other sessions after %.0f s", xid, LOOKUP_TIMEOUT);
+            return -1;
+        }
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int lookup(struct partition_map *pm, const char *name, lsn_t at,
                   struct partition_facts *f, char *err, size_t errlen)
 {
@@ -281,6 +329,8 @@ static int lookup(struct partition_map *pm, const char *name, lsn_t at,
             return -1;
         }
     }
+    if (pm->tx_xid != 0 && wait_visible(pm, pm->tx_xid, err, errlen) < 0)
+        return -1;
     char lsn[32], sql[2048];
     snprintf(lsn, sizeof lsn, LSN_FMT, LSN_ARGS(at));
     snprintf(sql, sizeof sql, "%s%s%s", LOOKUP_SQL_HEAD, pm->guard_log ? GUARD_OK : "",
