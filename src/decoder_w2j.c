@@ -44,8 +44,12 @@ static int w2j_decode(struct decoder *d, const char *data, size_t len, lsn_t wal
     struct decoder_w2j *w = (struct decoder_w2j *) d;
     struct w2j_record *rec = &w->rec;
     char e[W2J_ERRLEN];
-    *out = (struct decoder_record){.kind = DECODER_NONE, .wal_start = wal_start, .xid = -1,
-                                   .data = data, .data_len = len};
+    /* Only the fields of the record's kind are set (decoder.h): this runs
+     * for every frame. */
+    out->kind = DECODER_NONE;
+    out->wal_start = wal_start;
+    out->data = data;
+    out->data_len = len;
     if (w2j_parse(data, len, rec, e, sizeof e) < 0) {
         snprintf(err, errlen, "cannot parse wal2json output: %s (line starts %.*s)", e,
                  (int) (len < 80 ? len : 80), len ? data : "");
@@ -75,8 +79,7 @@ static int w2j_decode(struct decoder *d, const char *data, size_t len, lsn_t wal
         out->kind = DECODER_MESSAGE;
         out->transactional = rec->transactional;
         /* Only a non-transactional message's own time is used (dispatch.h). */
-        if (!rec->transactional)
-            out->timestamp_us = timestamp_or_0(&rec->timestamp);
+        out->timestamp_us = rec->transactional ? 0 : timestamp_or_0(&rec->timestamp);
         plain(&rec->prefix, &out->prefix, &out->prefix_len);
         break;
     default:

@@ -50,7 +50,9 @@ enum decoder_kind {
  * or the decoder and are valid until the next decoder_decode() on the same
  * decoder (or until the frame is freed). A name the plugin sent in a form
  * that cannot be compared as is (wal2json: with JSON escapes) is NULL, so it
- * matches no configured name. */
+ * matches no configured name. kind, wal_start and data are always set, the
+ * other fields only for the kinds their comments name: a decoder runs for
+ * every frame and need not clear the rest. */
 struct decoder_record {
     enum decoder_kind kind;
     lsn_t wal_start;     /* the frame's position (XLogData header) */
