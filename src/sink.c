@@ -10,16 +10,10 @@
  * on_queue_event() when its main queue becomes non-empty, which writes a
  * byte unless one is already waiting (wake.h says how no wake-up is lost).
  *
- * The hot path is measured (bench/run.sh, docs/benchmarks.md):
- *  - events go out through a topic handle cached per event type, not by
- *    topic name: rd_kafka_producev(RD_KAFKA_V_TOPIC(name)) looks the name up
- *    in librdkafka's topic list under its lock for every message and, for a
- *    topic new to the process, does not ask for its metadata, so the first
- *    events of each topic waited for librdkafka's 1 s topic scan.
- *    rd_kafka_topic_new() asks at once, and the cache also skips expanding
- *    the topic template per event;
- *  - a successful delivery report reads no headers (only failures need the
- *    event id and type for their message).
+ * The hot path is measured (bench/run.sh; the history is in
+ * docs/benchmarks.md, "What was changed"): events go out through a topic
+ * handle cached per event type (topic.h), and a successful delivery report
+ * reads no headers.
  */
 #include "outbox_relay/sink.h"
 
@@ -32,23 +26,11 @@
 
 #include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/topic.h"
 #include "outbox_relay/wake.h"
 
-/* Topic handles by event type: open addressing, at most half full, so a
- * lookup ends at the entry or at an empty slot within a few probes. Types
- * beyond the cap (a template that makes a topic per aggregate would) go the
- * uncached way, by name. */
-#define TOPIC_SLOTS 512
-#define TOPIC_CACHE_MAX (TOPIC_SLOTS / 2)
-
-struct topic_entry {
-    char *type; /* NULL = empty slot */
-    size_t type_len;
-    rd_kafka_topic_t *rkt; /* one application reference, dropped in sink_free */
-};
-
 struct sink {
-    const struct relay_config *cfg;
+    const char *topic_template;
     rd_kafka_t *rk;
     rd_kafka_queue_t *mainq;
     struct wake wake; /* readable while reports wait (on_queue_event) */
@@ -62,8 +44,8 @@ struct sink {
     bool brokers_up;
     const char *last_topic; /* a cached handle's name, or last_topic_buf */
     char last_topic_buf[256];
-    size_t ntopics;
-    struct topic_entry topics[TOPIC_SLOTS];
+    struct topic_cache topics; /* handles: rd_kafka_topic_t, one application
+                                  reference each, dropped in sink_free */
     enum kafka_err_class err_class; /* of the last refused produce */
     char errstr[SINK_ERRLEN];
 };
@@ -155,7 +137,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
 }
 
-struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, void *ctx,
+struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report, void *ctx,
                       char *err, size_t errlen)
 {
     struct sink *sk = calloc(1, sizeof *sk);
@@ -164,7 +146,7 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    sk->cfg = cfg;
+    sk->topic_template = opts->topic_template;
     sk->on_report = on_report;
     sk->ctx = ctx;
     sk->wake.fd[0] = sk->wake.fd[1] = -1;
@@ -172,26 +154,20 @@ struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, 
     sk->last_topic = sk->last_topic_buf;
 
     /* Our defaults first; the user's -X properties win. */
-    if ((cfg->brokers && *cfg->brokers &&
-         kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, err, errlen) < 0) ||
+    if ((opts->brokers && *opts->brokers &&
+         kafka_conf_set(conf, "bootstrap.servers", opts->brokers, err, errlen) < 0) ||
         kafka_conf_set(conf, "client.id", "outbox-relay", err, errlen) < 0 ||
         kafka_conf_set(conf, "enable.idempotence", "true", err, errlen) < 0 ||
         kafka_conf_set(conf, "acks", "all", err, errlen) < 0 ||
         kafka_conf_set(conf, "message.timeout.ms", "0", err, errlen) < 0 ||
-        /* Measured (docs/benchmarks.md): linger 0, not librdkafka's 5 ms,
-         * which put most events of a 1,000 events/s stream over 5 ms from
-         * commit to delivery, while a backlog still batches by itself
-         * behind the requests in flight and drains no slower. With linger
-         * 0 requests are small and pipelined, so Nagle must be off: with
-         * it, a request waits for the ACK of the one before (a broker's
-         * delayed ACK: up to 40 ms); the 1,000,000-row transaction took
-         * 310 s instead of 24 s against the test broker. */
+        /* Low latency without a slower drain; linger 0 needs Nagle off
+         * (measured: docs/benchmarks.md). */
         kafka_conf_set(conf, "linger.ms", "0", err, errlen) < 0 ||
         kafka_conf_set(conf, "socket.nagle.disable", "true", err, errlen) < 0 ||
         kafka_conf_route_log(conf, err, errlen) < 0)
         goto fail;
-    for (size_t i = 0; i < cfg->nkafka; i++)
-        if (kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, err, errlen) < 0)
+    for (size_t i = 0; i < opts->nkafka; i++)
+        if (kafka_conf_set(conf, opts->kafka[2 * i], opts->kafka[2 * i + 1], err, errlen) < 0)
             goto fail;
 
     char buf[64];
@@ -232,6 +208,11 @@ fail:
     return NULL;
 }
 
+static void release_topic(void *rkt)
+{
+    rd_kafka_topic_destroy(rkt);
+}
+
 void sink_free(struct sink *sk, int timeout_ms)
 {
     if (sk == NULL)
@@ -245,11 +226,7 @@ void sink_free(struct sink *sk, int timeout_ms)
                                    RD_KAFKA_PURGE_F_NON_BLOCKING);
         rd_kafka_poll(sk->rk, 0);
     }
-    for (size_t i = 0; i < TOPIC_SLOTS; i++)
-        if (sk->topics[i].type != NULL) {
-            rd_kafka_topic_destroy(sk->topics[i].rkt);
-            free(sk->topics[i].type);
-        }
+    topic_cache_clear(&sk->topics, release_topic);
     rd_kafka_queue_cb_event_enable(sk->mainq, NULL, NULL);
     rd_kafka_queue_destroy(sk->mainq);
     rd_kafka_destroy(sk->rk);
@@ -285,27 +262,6 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
     }
 }
 
-static uint64_t type_hash(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char) s[i]) * 1099511628211ULL;
-    return h;
-}
-
-/* The cached topic handle for an event type: the found entry, or the empty
- * slot where it belongs. */
-static struct topic_entry *topic_slot(struct sink *sk, const char *type, size_t len)
-{
-    size_t i = (size_t) type_hash(type, len) & (TOPIC_SLOTS - 1);
-    for (;;) {
-        struct topic_entry *t = &sk->topics[i];
-        if (t->type == NULL || (t->type_len == len && memcmp(t->type, type, len) == 0))
-            return t;
-        i = (i + 1) & (TOPIC_SLOTS - 1);
-    }
-}
-
 /* The topic handle for ev's type, from the cache or created and cached;
  * NULL when the cache is full (the caller produces by name). Sets
  * sk->last_topic. Returns SINK_POISON when the template gives no valid
@@ -313,37 +269,32 @@ static struct topic_entry *topic_slot(struct sink *sk, const char *type, size_t 
 static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_topic_t **rkt)
 {
     const char *type = ev->type ? ev->type : "";
-    struct topic_entry *t = topic_slot(sk, type, ev->type_len);
+    struct topic_entry *t = topic_cache_find(&sk->topics, type, ev->type_len);
     *rkt = NULL;
     if (t->type != NULL) {
-        *rkt = t->rkt;
-        sk->last_topic = rd_kafka_topic_name(t->rkt);
+        *rkt = t->handle;
+        sk->last_topic = rd_kafka_topic_name(*rkt);
         return SINK_OK;
     }
     sk->last_topic = sk->last_topic_buf;
     sk->last_topic_buf[0] = '\0';
-    if (config_expand_topic(sk->cfg->topic, ev->type, ev->type_len, sk->last_topic_buf,
-                            sizeof sk->last_topic_buf) < 0) {
+    if (topic_name(sk->topic_template, ev->type, ev->type_len, sk->last_topic_buf,
+                   sizeof sk->last_topic_buf) < 0) {
         snprintf(sk->errstr, sizeof sk->errstr,
                  "event_id=%s type=\"%.*s\": topic template \"%s\" gives no valid Kafka topic "
                  "name (1-249 of [A-Za-z0-9._-])", ev->event_id, (int) ev->type_len, ev->type,
-                 sk->cfg->topic);
+                 sk->topic_template);
         return SINK_POISON;
     }
-    if (sk->ntopics >= TOPIC_CACHE_MAX)
+    if (topic_cache_full(&sk->topics))
         return SINK_OK;
-    char *copy = malloc(ev->type_len + 1);
-    rd_kafka_topic_t *h = copy ? rd_kafka_topic_new(sk->rk, sk->last_topic_buf, NULL) : NULL;
-    if (h == NULL) {
-        free(copy); /* out of memory: by name, uncached */
+    rd_kafka_topic_t *h = rd_kafka_topic_new(sk->rk, sk->last_topic_buf, NULL);
+    if (h == NULL)
+        return SINK_OK; /* by name, uncached */
+    if (topic_cache_put(&sk->topics, t, type, ev->type_len, h) < 0) {
+        rd_kafka_topic_destroy(h); /* out of memory: by name, uncached */
         return SINK_OK;
     }
-    memcpy(copy, type, ev->type_len);
-    copy[ev->type_len] = '\0';
-    t->type = copy;
-    t->type_len = ev->type_len;
-    t->rkt = h;
-    sk->ntopics++;
     *rkt = h;
     sk->last_topic = rd_kafka_topic_name(h);
     return SINK_OK;

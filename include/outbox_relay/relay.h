@@ -1,9 +1,10 @@
 /*
- * relay.h — the relay itself: ties the replication stream, the wal2json
- * decoder, the ack tracker and the Kafka sink together, and rides out
- * connection losses with a capped, jittered exponential backoff, and
- * delivery errors that are waited out (kafka_errors.h) by producing again
- * from the confirmed position.
+ * relay.h — the relay itself: the loop that ties the replication stream,
+ * the output plugin's decoder (decoder.h), dispatch (dispatch.h: what each
+ * record means for the ack tracker and the sink) and the Kafka sink
+ * together, and rides out connection losses with a capped, jittered
+ * exponential backoff, and delivery errors that are waited out
+ * (kafka_errors.h) by producing again from the confirmed position.
  *
  * The guarantee it keeps: the slot's confirmed position only moves past a
  * transaction once every event of it and of every transaction before it has

@@ -18,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "outbox_relay/config.h"
 #include "outbox_relay/w2j.h"
 #include "outbox_relay/kafka_errors.h"
 
@@ -63,10 +62,20 @@ typedef void (*sink_report_fn)(void *ctx, uint64_t token, const struct sink_repo
 
 struct sink;
 
-/* Creates the producer from cfg (brokers, -X properties, defaults above).
- * cfg must outlive the sink. Returns NULL with a message in err when
- * librdkafka refuses the configuration. Free with sink_free(). */
-struct sink *sink_new(const struct relay_config *cfg, sink_report_fn on_report, void *ctx,
+/* What the sink reads from the relayer's configuration. */
+struct sink_options {
+    const char *brokers;        /* bootstrap.servers; NULL or "": from kafka */
+    const char *topic_template; /* {type} {prefix}, or a fixed topic (topic.h);
+                                   must outlive the sink */
+    const char *const *kafka;   /* -X properties: nkafka (key, value) pairs,
+                                   in order given; read only by sink_new */
+    size_t nkafka;
+};
+
+/* Creates the producer from opts (brokers, -X properties over the defaults
+ * above). Returns NULL with a message in err when librdkafka refuses the
+ * configuration. Free with sink_free(). */
+struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report, void *ctx,
                       char *err, size_t errlen);
 
 /* Flushes for at most timeout_ms, then destroys the producer. Events still

@@ -1,0 +1,54 @@
+/*
+ * topic.h — event type → Kafka topic: the name the topic template gives a
+ * type, and a cache of one opaque handle per type (the sink keeps its
+ * librdkafka topic handles there, so that an event's topic costs one hash
+ * lookup, not a template expansion and a lookup by name: docs/benchmarks.md).
+ * Pure: no I/O, no librdkafka.
+ */
+#ifndef OUTBOX_RELAY_TOPIC_H
+#define OUTBOX_RELAY_TOPIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Open addressing, at most half full, so a lookup ends at the entry or at
+ * an empty slot within a few probes. Types beyond the cap (a template that
+ * makes a topic per aggregate would) are not cached. */
+#define TOPIC_SLOTS 512
+#define TOPIC_CACHE_MAX (TOPIC_SLOTS / 2)
+
+struct topic_entry {
+    char *type;      /* NULL = empty slot; owned by the cache */
+    size_t type_len;
+    void *handle;    /* the caller's, released by topic_cache_clear */
+};
+
+/* Zero-initialised is empty. */
+struct topic_cache {
+    size_t n;
+    struct topic_entry slots[TOPIC_SLOTS];
+};
+
+/* The topic for an event type (type_len bytes, not NUL-terminated) under
+ * template tmpl ({type}, {prefix} = the type up to its first '.', or a
+ * fixed name), into out (capacity cap). Returns the length, or -1 when it
+ * is no valid Kafka topic name (empty, over 249 bytes, a character outside
+ * [A-Za-z0-9._-]). */
+int topic_name(const char *tmpl, const char *type, size_t type_len, char *out, size_t cap);
+
+/* The entry for type: the cached one, or the empty slot where it belongs
+ * (entry->type == NULL). Never NULL. */
+struct topic_entry *topic_cache_find(struct topic_cache *c, const char *type, size_t type_len);
+
+/* True when no more types may be cached. */
+bool topic_cache_full(const struct topic_cache *c);
+
+/* Caches handle for type in slot (from topic_cache_find, empty). Returns
+ * 0, or -1 (full, or out of memory: nothing cached). */
+int topic_cache_put(struct topic_cache *c, struct topic_entry *slot, const char *type,
+                    size_t type_len, void *handle);
+
+/* Empties the cache, calling release (may be NULL) on every handle. */
+void topic_cache_clear(struct topic_cache *c, void (*release)(void *handle));
+
+#endif

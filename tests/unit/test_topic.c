@@ -1,0 +1,87 @@
+/*
+ * test_topic.c — event type → topic: the template (the configuration's
+ * expansion) and the handle cache (lookup, an empty slot where a type
+ * belongs, types of equal prefix, the cap, clearing with release).
+ */
+#include "outbox_relay/topic.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+static int released;
+
+static void release(void *h)
+{
+    (void) h;
+    released++;
+}
+
+static void test_name(void)
+{
+    char out[256];
+    CHECK_EQ_INT(topic_name("ev.{type}", "order.placed", 12, out, sizeof out), 15);
+    CHECK(strcmp(out, "ev.order.placed") == 0);
+    CHECK_EQ_INT(topic_name("{prefix}", "order.placed", 12, out, sizeof out), 5);
+    CHECK(strcmp(out, "order") == 0);
+    CHECK_EQ_INT(topic_name("fixed", "x", 1, out, sizeof out), 5);
+    CHECK_EQ_INT(topic_name("{type}", "bad type", 8, out, sizeof out), -1);
+    CHECK_EQ_INT(topic_name("{type}", "", 0, out, sizeof out), -1);
+}
+
+static void test_cache(void)
+{
+    struct topic_cache *c = calloc(1, sizeof *c);
+    int h1, h2;
+    CHECK(c != NULL);
+    struct topic_entry *e = topic_cache_find(c, "order.placed", 12);
+    CHECK(e != NULL && e->type == NULL);
+    CHECK_EQ_INT(topic_cache_put(c, e, "order.placed", 12, &h1), 0);
+    CHECK_EQ_INT(topic_cache_put(c, e, "order.placed", 12, &h1), -1); /* taken */
+    e = topic_cache_find(c, "order.placed", 12);
+    CHECK(e->type != NULL && e->handle == &h1);
+    /* a prefix of a cached type is another type */
+    e = topic_cache_find(c, "order", 5);
+    CHECK(e->type == NULL);
+    CHECK_EQ_INT(topic_cache_put(c, e, "order", 5, &h2), 0);
+    CHECK(topic_cache_find(c, "order", 5)->handle == &h2);
+    CHECK(topic_cache_find(c, "order.placed", 12)->handle == &h1);
+    /* the empty type is a type too */
+    e = topic_cache_find(c, "", 0);
+    CHECK(e->type == NULL);
+    CHECK_EQ_INT(topic_cache_put(c, e, "", 0, &h2), 0);
+    CHECK(topic_cache_find(c, "", 0)->type != NULL);
+    /* up to the cap, then nothing more is cached; every one found */
+    char t[32];
+    int n = 3;
+    while (!topic_cache_full(c)) {
+        snprintf(t, sizeof t, "type.%d", n);
+        e = topic_cache_find(c, t, strlen(t));
+        CHECK(e->type == NULL);
+        CHECK_EQ_INT(topic_cache_put(c, e, t, strlen(t), &h1), 0);
+        n++;
+    }
+    CHECK_EQ_INT(n, TOPIC_CACHE_MAX);
+    snprintf(t, sizeof t, "type.%d", n);
+    e = topic_cache_find(c, t, strlen(t));
+    CHECK(e->type == NULL);
+    CHECK_EQ_INT(topic_cache_put(c, e, t, strlen(t), &h1), -1);
+    for (int i = 3; i < n; i++) {
+        snprintf(t, sizeof t, "type.%d", i);
+        CHECK(topic_cache_find(c, t, strlen(t))->type != NULL);
+    }
+    topic_cache_clear(c, release);
+    CHECK_EQ_INT(released, TOPIC_CACHE_MAX);
+    CHECK(!topic_cache_full(c));
+    CHECK(topic_cache_find(c, "order", 5)->type == NULL);
+    free(c);
+}
+
+int main(void)
+{
+    test_name();
+    test_cache();
+    CHECK_DONE();
+}
