@@ -17,6 +17,11 @@ const char *decoder_plugin(const struct decoder *d)
     return d->ops->plugin;
 }
 
+const char *decoder_package(const struct decoder *d)
+{
+    return d->ops->package;
+}
+
 int decoder_start_options(const struct decoder *d, const struct decoder_slot *slot, char *buf,
                           size_t cap)
 {

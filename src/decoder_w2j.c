@@ -113,7 +113,7 @@ static int append_opt(char *buf, size_t cap, size_t *n, const char *name, const 
     return 0;
 }
 
-/* The options stream.c sends today (stream_build_start_command). A
+/* The options of START_REPLICATION (stream.c asks for them). A
  * partitioned outbox asks for every table of its schema (wal2json names
  * the leaf partition) and the xid of every transaction, so that the relayer
  * can tell which catalog changes it has seen commit (partition.h). */
@@ -151,6 +151,7 @@ static void w2j_free(struct decoder *d)
 
 static const struct decoder_ops W2J_OPS = {
     .plugin = "wal2json",
+    .package = "postgresql-<version>-wal2json",
     .start_options = w2j_start_options,
     .decode = w2j_decode,
     .event = w2j_event,

@@ -59,13 +59,6 @@ int64_t relay_now_unix_us(void)
     return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-double relay_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 void relay_set_fatal(struct relay *r, const char *fmt, ...)
 {
     if (r->fatal)
@@ -118,7 +111,8 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->cfg = cfg;
     r->stop = stop;
     r->metrics = metrics;
-    struct stream_options so = {.dsn = cfg->dsn, .slot = cfg->slot,
+    r->decoder = decoder_w2j_new();
+    struct stream_options so = {.decoder = r->decoder, .dsn = cfg->dsn, .slot = cfg->slot,
                                 .table_schema = cfg->table_schema,
                                 .table_name = cfg->table_name,
                                 .message_prefix = cfg->message_prefix, .create_slot = true,
@@ -135,7 +129,6 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->tracker = tracker_new(TRACKER_GROUPS, 0);
     r->backfill = backfill_new(&bo);
     r->bf_tracker = tracker_new(TRACKER_GROUPS, 0);
-    r->decoder = decoder_w2j_new();
     r->partitions = partition_map_new(cfg->dsn, cfg->slot, cfg->table_schema, cfg->table_name);
     struct dispatch_options dopts = {.slot = cfg->slot, .table_schema = cfg->table_schema,
                                      .table_name = cfg->table_name,
@@ -264,7 +257,7 @@ void relay_keep_status(struct relay *r)
 {
     if (!stream_streaming(r->stream))
         return;
-    double now = relay_now_s();
+    double now = mono_now();
     if (status_due_in(r, now, true) > 0)
         return;
     if (send_status(r, now) < 0) {
@@ -313,8 +306,8 @@ static void publish_gauges(struct relay *r, bool streaming)
 static int session(struct relay *r)
 {
     struct wire_msg msg;
-    liveness_init(&r->live, r->cfg->wal_receiver_timeout, relay_now_s());
-    if (send_status(r, relay_now_s()) < 0)
+    liveness_init(&r->live, r->cfg->wal_receiver_timeout, mono_now());
+    if (send_status(r, mono_now()) < 0)
         return STREAM_RETRY;
     for (;;) {
         if (*r->stop)
@@ -342,7 +335,7 @@ static int session(struct relay *r)
                 relay_serve(r, 0);
                 if (*r->stop)
                     return SESSION_STOP;
-                if (status_due_in(r, relay_now_s(), false) == 0 && send_status(r, relay_now_s()) < 0)
+                if (status_due_in(r, mono_now(), false) == 0 && send_status(r, mono_now()) < 0)
                     return STREAM_RETRY;
             }
             reading = relay_window_open(r);
@@ -350,7 +343,7 @@ static int session(struct relay *r)
         if (r->fatal)
             return STREAM_FATAL;
 
-        double now = relay_now_s();
+        double now = mono_now();
         /* While the window is full nothing is read, so silence proves
          * nothing: the timeout counts only while the relayer reads. */
         if (heard || !reading)
@@ -382,7 +375,7 @@ static int session(struct relay *r)
             int rc = stream_consume(r->stream);
             if (rc < 0)
                 return rc;
-            liveness_heard(&r->live, relay_now_s()); /* bytes came, if not yet a whole frame */
+            liveness_heard(&r->live, mono_now()); /* bytes came, if not yet a whole frame */
         }
     }
 }
@@ -391,18 +384,13 @@ static int session(struct relay *r)
  * stop. */
 static void pause_serving(struct relay *r, double seconds)
 {
-    double end = relay_now_s() + seconds;
+    double end = mono_now() + seconds;
     while (!*r->stop) {
-        double left = end - relay_now_s();
+        double left = end - mono_now();
         if (left <= 0)
             break;
         relay_serve(r, left > 0.2 ? 200 : (int) (left * 1000) + 1);
     }
-}
-
-static double jitter(double base)
-{
-    return base * (0.5 + (double) rand() / RAND_MAX / 2); /* 50-100 % of base */
 }
 
 /* Carries out a rewind once nothing is in flight: the final status update,
@@ -414,7 +402,7 @@ static double jitter(double base)
 static void rewind_replication(struct relay *r)
 {
     lsn_t confirmed = tracker_confirmed(r->tracker);
-    double now = relay_now_s();
+    double now = mono_now();
     bool progress = confirmed > r->rewind_progress;
     r->rewind_progress = confirmed;
     if (progress || r->rewind_backoff == 0)
@@ -455,10 +443,10 @@ static void finish(struct relay *r)
      * the final confirmation) and dead letters go out. */
     if (r->fatal)
         deadletter_queue_clear(&r->dlq); /* nothing more is confirmed anyway */
-    double end = relay_now_s() + r->cfg->shutdown_timeout;
+    double end = mono_now() + r->cfg->shutdown_timeout;
     int flushed = -1;
     for (;;) {
-        double left = end - relay_now_s();
+        double left = end - mono_now();
         flushed = sink_flush(r->sink, left <= 0 ? 0 : left > 0.2 ? 200 : (int) (left * 1000) + 1);
         relay_serve_dead_letters(r);
         relay_keep_status(r);
@@ -470,7 +458,7 @@ static void finish(struct relay *r)
                  "confirmed and will be sent again by the next run",
                  sink_inflight(r->sink), r->cfg->shutdown_timeout);
     if (stream_streaming(r->stream)) {
-        if (send_status(r, relay_now_s()) < 0)
+        if (send_status(r, mono_now()) < 0)
             log_warn("%s", stream_errstr(r->stream));
         stream_stop(r->stream, 5000);
     }
@@ -540,13 +528,13 @@ int relay_run(struct relay *r)
         }
 
         if (created && r->bf_at_creation)
-            log_info("created replication slot %s with wal2json at " LSN_FMT " after "
+            log_info("created replication slot %s with %s at " LSN_FMT " after "
                      "backfilling the rows committed before it", cfg->slot,
-                     LSN_ARGS(slot_confirmed));
+                     decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
         else if (created)
-            log_warn("created replication slot %s with wal2json at " LSN_FMT "; outbox events "
+            log_warn("created replication slot %s with %s at " LSN_FMT "; outbox events "
                      "committed before now are not relayed by it",
-                     cfg->slot, LSN_ARGS(slot_confirmed));
+                     cfg->slot, decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
         tracker_reset(r->tracker, slot_confirmed);
         if (r->stats.received_lsn < tracker_confirmed(r->tracker))
             r->stats.received_lsn = tracker_confirmed(r->tracker);

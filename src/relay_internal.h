@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/deadletter.h"
 #include "outbox_relay/kafka_errors.h"
 #include "outbox_relay/liveness.h"
@@ -73,7 +74,6 @@ struct relay {
 };
 
 /* relay.c */
-double relay_now_s(void);      /* monotonic */
 int64_t relay_now_unix_us(void);
 void relay_set_fatal(struct relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether to read more WAL (dispatch_window_open over the sink's counts). */

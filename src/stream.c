@@ -18,30 +18,11 @@
 #include <sys/time.h>
 
 #include "outbox_relay/clock.h"
+#include "outbox_relay/decoder.h"
 #include "outbox_relay/pgconn.h"
 #include "outbox_relay/slot.h"
 
 #define STREAM_ERRLEN 1024
-
-/* The output plugin: its name (CREATE_REPLICATION_SLOT, the slot checks,
- * the messages) and its START_REPLICATION options come from here and
- * nowhere else. A second plugin (issue 13) is a second one of these. */
-struct stream_plugin {
-    const char *name;
-    const char *package; /* what to install when the server lacks it */
-    /* Appends the options for opts to buf (filled up to *n, after the "("),
-     * as `"name" 'value'` pairs. Returns 0, or -1 when buf is too small. */
-    int (*append_options)(const struct stream_options *opts, char *buf, size_t cap, size_t *n);
-};
-
-static int wal2json_options(const struct stream_options *opts, char *buf, size_t cap,
-                            size_t *n);
-
-static const struct stream_plugin WAL2JSON = {
-    .name = "wal2json",
-    .package = "postgresql-<version>-wal2json",
-    .append_options = wal2json_options,
-};
 
 struct stream {
     char *dsn;
@@ -50,7 +31,8 @@ struct stream {
     char *table_name;
     char *message_prefix;
     bool create_slot;
-    const struct stream_plugin *plugin;
+    struct decoder *own_decoder;      /* when the options named none */
+    const struct decoder *decoder;    /* the output plugin (decoder.h) */
     struct slot admin; /* the slot's administration (slot.h), on conn */
     PGconn *conn;
     bool streaming; /* START_REPLICATION succeeded on conn */
@@ -75,14 +57,17 @@ struct stream *stream_new(const struct stream_options *opts)
     s->table_name = dup_or_empty(opts->table_name);
     s->message_prefix = dup_or_empty(opts->message_prefix);
     s->create_slot = opts->create_slot;
-    s->plugin = &WAL2JSON;
-    if (!s->dsn || !s->slot || !s->table_schema || !s->table_name || !s->message_prefix) {
+    s->decoder = opts->decoder;
+    if (s->decoder == NULL)
+        s->decoder = s->own_decoder = decoder_w2j_new();
+    if (!s->dsn || !s->slot || !s->table_schema || !s->table_name || !s->message_prefix ||
+        !s->decoder) {
         stream_free(s);
         return NULL;
     }
     s->admin = (struct slot){.name = s->slot, .table_schema = s->table_schema,
-                             .table_name = s->table_name, .plugin = s->plugin->name,
-                             .plugin_package = s->plugin->package,
+                             .table_name = s->table_name, .plugin = decoder_plugin(s->decoder),
+                             .plugin_package = decoder_package(s->decoder),
                              .recreate_slot = opts->recreate_slot,
                              .failover_slot = opts->failover_slot,
                              .takeover_after = opts->takeover_after,
@@ -103,6 +88,7 @@ void stream_free(struct stream *s)
     free(s->table_schema);
     free(s->table_name);
     free(s->message_prefix);
+    decoder_free(s->own_decoder);
     free(s);
 }
 
@@ -212,54 +198,23 @@ bool stream_outbox_partitioned(const struct stream *s)
     return s->partitioned;
 }
 
-/* Appends `"name" 'value'` to buf. Values are ours or validated (no quote). */
-static int append_opt(char *buf, size_t cap, size_t *n, const char *name, const char *value)
-{
-    int w = snprintf(buf + *n, cap - *n, "%s\"%s\" '%s'", buf[*n - 1] == '(' ? "" : ", ", name,
-                     value);
-    if (w < 0 || (size_t) w >= cap - *n)
-        return -1;
-    *n += (size_t) w;
-    return 0;
-}
-
-/* wal2json format-version 2, inserts of the outbox only (w2j.h reads it). */
-static int wal2json_options(const struct stream_options *opts, char *buf, size_t cap, size_t *n)
-{
-    char tables[300];
-    if (opts->partitioned)
-        snprintf(tables, sizeof tables, "%s.*", opts->table_schema);
-    else
-        snprintf(tables, sizeof tables, "%s.%s", opts->table_schema, opts->table_name);
-    if (append_opt(buf, cap, n, "format-version", "2") < 0 ||
-        append_opt(buf, cap, n, "include-timestamp", "1") < 0 ||
-        append_opt(buf, cap, n, "include-types", "0") < 0 ||
-        append_opt(buf, cap, n, "add-tables", tables) < 0 ||
-        append_opt(buf, cap, n, "actions", "insert") < 0)
-        return -1;
-    /* A partitioned outbox: the xid of every transaction, so that the
-     * relayer can tell which catalog changes it has seen commit (see
-     * partition.h). */
-    if (opts->partitioned && append_opt(buf, cap, n, "include-xids", "1") < 0)
-        return -1;
-    if (opts->message_prefix && *opts->message_prefix &&
-        append_opt(buf, cap, n, "add-msg-prefixes", opts->message_prefix) < 0)
-        return -1;
-    return 0;
-}
-
-/* The command for plugin. */
-static int build_start_command(const struct stream_plugin *plugin,
-                               const struct stream_options *opts, lsn_t start, char *buf,
-                               size_t cap)
+/* The command: the plugin's options (decoder.h) for this slot. */
+static int build_start_command(const struct decoder *d, const struct stream_options *opts,
+                               lsn_t start, char *buf, size_t cap)
 {
     int w = snprintf(buf, cap, "START_REPLICATION SLOT \"%s\" LOGICAL " LSN_FMT " (", opts->slot,
                      LSN_ARGS(start));
     if (w < 0 || (size_t) w >= cap)
         return -1;
     size_t n = (size_t) w;
-    if (plugin->append_options(opts, buf, cap, &n) < 0)
+    struct decoder_slot ds = {.table_schema = opts->table_schema,
+                              .table_name = opts->table_name,
+                              .message_prefix = opts->message_prefix,
+                              .partitioned = opts->partitioned};
+    int o = decoder_start_options(d, &ds, buf + n, cap - n);
+    if (o < 0)
         return -1;
+    n += (size_t) o;
     if (n + 2 > cap)
         return -1;
     buf[n++] = ')';
@@ -270,7 +225,11 @@ static int build_start_command(const struct stream_plugin *plugin,
 int stream_build_start_command(const struct stream_options *opts, lsn_t start, char *buf,
                                size_t cap)
 {
-    return build_start_command(&WAL2JSON, opts, start, buf, cap);
+    struct decoder *own = opts->decoder == NULL ? decoder_w2j_new() : NULL;
+    const struct decoder *d = opts->decoder != NULL ? opts->decoder : own;
+    int n = d != NULL ? build_start_command(d, opts, start, buf, cap) : -1;
+    decoder_free(own);
+    return n;
 }
 
 static int start_replication(struct stream *s, lsn_t start)
@@ -279,7 +238,7 @@ static int start_replication(struct stream *s, lsn_t start)
                                .table_name = s->table_name, .message_prefix = s->message_prefix,
                                .partitioned = s->partitioned};
     char cmd[1024];
-    if (build_start_command(s->plugin, &o, start, cmd, sizeof cmd) < 0)
+    if (build_start_command(s->decoder, &o, start, cmd, sizeof cmd) < 0)
         return fail(s, STREAM_FATAL, "slot=%s: START_REPLICATION command too long", s->slot);
 
     PGresult *res = slot_exec(&s->admin, cmd);
@@ -295,9 +254,9 @@ static int start_replication(struct stream *s, lsn_t start)
     if (strstr(msg, "is active for PID"))
         return fail(s, STREAM_BUSY, "slot=%s is active for another process; waiting (another "
                     "relayer may own it): %s", s->slot, msg);
-    if (slot_plugin_missing(s->plugin->name, msg))
+    if (slot_plugin_missing(decoder_plugin(s->decoder), msg))
         return fail(s, STREAM_FATAL, "slot=%s: the %s output plugin cannot be loaded on the "
-                    "server (install %s): %s", s->slot, s->plugin->name, s->plugin->package,
+                    "server (install %s): %s", s->slot, decoder_plugin(s->decoder), decoder_package(s->decoder),
                     msg);
     if (strstr(msg, "can no longer get changes") || strstr(msg, "invalidated"))
         return fail(s, STREAM_FATAL, "slot=%s was invalidated (max_slot_wal_keep_size?): "

@@ -79,7 +79,8 @@ struct decoder_slot {
 struct decoder;
 
 struct decoder_ops {
-    const char *plugin; /* the output plugin's name, for CREATE_REPLICATION_SLOT */
+    const char *plugin;  /* the output plugin's name, for CREATE_REPLICATION_SLOT */
+    const char *package; /* what to install when the server lacks it */
     /* See decoder_start_options(). */
     int (*start_options)(const struct decoder_slot *slot, char *buf, size_t cap);
     /* See decoder_decode(). */
@@ -108,6 +109,9 @@ void decoder_free(struct decoder *d);
 
 /* The output plugin's name ("wal2json"). Static storage. */
 const char *decoder_plugin(const struct decoder *d);
+
+/* What to install when the server lacks the plugin. Static storage. */
+const char *decoder_package(const struct decoder *d);
 
 /* Writes the option list of START_REPLICATION for slot into buf (capacity
  * cap), without the parentheses: `"name" 'value', ...`. Values are the

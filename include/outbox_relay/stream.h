@@ -31,7 +31,12 @@ enum stream_rc {
                             then call stream_start again */
 };
 
+struct decoder; /* decoder.h */
+
 struct stream_options {
+    const struct decoder *decoder; /* the output plugin: its name and
+                                      START_REPLICATION options (borrowed;
+                                      NULL: wal2json) */
     const char *dsn;
     const char *slot;
     const char *table_schema;

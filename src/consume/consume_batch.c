@@ -335,7 +335,7 @@ void consume_commit_pending(struct consumer *c)
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         log_warn("committing Kafka offsets failed: %s; retrying (the events are applied: "
                  "a redelivery is skipped as duplicate)", rd_kafka_err2str(err));
-        c->commit_retry_at = consume_now() + COMMIT_RETRY;
+        c->commit_retry_at = mono_now() + COMMIT_RETRY;
         return;
     }
     if (log_enabled(LOG_LEVEL_DEBUG))
@@ -417,16 +417,16 @@ bool consume_batch_process(struct consumer *c, bool bounded)
 {
     double backoff = 0.1;
     int attempts = 0;
-    double started = consume_now();
+    double started = mono_now();
     double deadline = started + c->o.revoke_timeout;
     while (c->nbatch > 0) {
         if (!c->pg_ready)
             return false;
         if (bounded) {
-            double left = deadline - consume_now();
+            double left = deadline - mono_now();
             if (left <= 0) {
                 log_warn("gave up on the batch in progress (%zu messages) after %.1f s of "
-                         "transient failures (--revoke-timeout)", c->nbatch, consume_now() - started);
+                         "transient failures (--revoke-timeout)", c->nbatch, mono_now() - started);
                 c->stats.abandoned++;
                 return false;
             }
@@ -447,7 +447,7 @@ bool consume_batch_process(struct consumer *c, bool bounded)
                          "(--revoke-timeout): PostgreSQL did not finish it, the connection "
                          "was cut and its transaction rolled back; no offset is committed "
                          "for it, the next owner of its partitions applies it",
-                         c->nbatch, consume_now() - started);
+                         c->nbatch, mono_now() - started);
                 c->stats.abandoned++;
             }
             consume_pg_lost(c);
@@ -475,9 +475,9 @@ bool consume_batch_process(struct consumer *c, bool bounded)
                 consume_batch_drop(c, 0);
                 return true;
             }
-            double pause = consume_jitter(backoff);
-            if (bounded && consume_now() + pause > deadline)
-                pause = deadline - consume_now() > 0 ? deadline - consume_now() : 0;
+            double pause = jitter(backoff);
+            if (bounded && mono_now() + pause > deadline)
+                pause = deadline - mono_now() > 0 ? deadline - mono_now() : 0;
             consume_sleep(pause);
             backoff = backoff * 2 > 5 ? 5 : backoff * 2;
             break;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/consumer.h"
 #include "outbox_relay/pg_watchdog.h"
 
@@ -56,22 +57,10 @@ enum failure_class { FAIL_DATA = 0, FAIL_CONN, FAIL_TRANSIENT };
 
 /* ---- small helpers (monotonic clock, pauses, the error buffer) ---- */
 
-static inline double consume_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 static inline void consume_sleep(double s)
 {
     struct timespec ts = {(time_t) s, (long) ((s - (double) (time_t) s) * 1e9)};
     nanosleep(&ts, NULL);
-}
-
-static inline double consume_jitter(double base)
-{
-    return base * (0.5 + (double) rand() / RAND_MAX / 2); /* 50-100 % of base */
 }
 
 __attribute__((format(printf, 2, 3)))

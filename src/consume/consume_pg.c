@@ -13,15 +13,6 @@
 #include "outbox_relay/log.h"
 #include "outbox_relay/pgconn.h"
 
-/* Copies text without a trailing newline (libpq's messages end in one). */
-static void copy_trimmed(char *dst, size_t cap, const char *src)
-{
-    snprintf(dst, cap, "%s", src ? src : "");
-    size_t n = strlen(dst);
-    while (n > 0 && (dst[n - 1] == '\n' || dst[n - 1] == ' '))
-        dst[--n] = '\0';
-}
-
 int consumer_failure_from_result(struct consumer_failure *why, const PGresult *res,
                                  const PGconn *conn)
 {
@@ -30,7 +21,7 @@ int consumer_failure_from_result(struct consumer_failure *why, const PGresult *r
     if (msg == NULL || *msg == '\0')
         msg = conn ? PQerrorMessage(conn) : "unknown error";
     snprintf(why->sqlstate, sizeof why->sqlstate, "%s", state ? state : "");
-    copy_trimmed(why->message, sizeof why->message, msg);
+    pgconn_trim(why->message, sizeof why->message, msg);
     return CONSUMER_FAIL;
 }
 
@@ -101,7 +92,7 @@ void consume_pg_lost(struct consumer *c)
     c->stats.reconnects++;
     if (c->subscribed)
         pause_all(c, true);
-    c->next_connect = consume_now() + consume_jitter(c->backoff);
+    c->next_connect = mono_now() + jitter(c->backoff);
 }
 
 /* Server notices (WARNING: terminating connection ...) go through our log,
@@ -109,7 +100,7 @@ void consume_pg_lost(struct consumer *c)
 static void on_notice(void *arg, const char *message)
 {
     char buf[CONSUMER_ERRLEN];
-    copy_trimmed(buf, sizeof buf, message);
+    pgconn_trim(buf, sizeof buf, message);
     log_info("postgres: %s", buf);
 }
 
@@ -117,7 +108,7 @@ static void on_notice(void *arg, const char *message)
  * c->pg_ready), or -1 when on_connect failed for good (c->fatal set). */
 int consume_pg_connect(struct consumer *c)
 {
-    if (c->pg_ready || consume_now() < c->next_connect)
+    if (c->pg_ready || mono_now() < c->next_connect)
         return 0;
     /* Our defaults, then the DSN (expanded from "dbname"), which overrides
      * them. Nobody polls Kafka while this blocks, so a server that accepts
@@ -133,8 +124,7 @@ int consume_pg_connect(struct consumer *c)
         PQsetNoticeProcessor(c->pg, on_notice, NULL);
     struct consumer_failure why = {{0}, {0}};
     if (c->pg == NULL || PQstatus(c->pg) != CONNECTION_OK) {
-        copy_trimmed(why.message, sizeof why.message,
-                     c->pg ? PQerrorMessage(c->pg) : "out of memory");
+        pgconn_error(c->pg, why.message, sizeof why.message);
         log_warn("cannot connect to PostgreSQL: %s; retrying in about %.1f s", why.message,
                  c->backoff);
         goto retry;
@@ -158,7 +148,7 @@ int consume_pg_connect(struct consumer *c)
 
 retry:
     consume_pg_close(c);
-    c->next_connect = consume_now() + consume_jitter(c->backoff);
+    c->next_connect = mono_now() + jitter(c->backoff);
     c->backoff = c->backoff * 2 > c->o.reconnect_max ? c->o.reconnect_max : c->backoff * 2;
     return 0;
 }

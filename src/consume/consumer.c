@@ -49,7 +49,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         c->fatal = true;
         return;
     }
-    double now = consume_now();
+    double now = mono_now();
     if (err == c->last_kafka_err && now - c->last_kafka_err_at < KAFKA_ERR_LOG_GAP)
         return;
     c->last_kafka_err = err;
@@ -236,7 +236,7 @@ static void take(struct consumer *c, rd_kafka_message_t *m)
 {
     if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            double now = consume_now();
+            double now = mono_now();
             if ((int) m->err != c->last_kafka_err || now - c->last_kafka_err_at >= KAFKA_ERR_LOG_GAP) {
                 c->last_kafka_err = (int) m->err;
                 c->last_kafka_err_at = now;
@@ -260,7 +260,7 @@ static void take(struct consumer *c, rd_kafka_message_t *m)
         c->batch_cap *= 2;
     }
     if (c->nbatch == 0)
-        c->batch_started = consume_now();
+        c->batch_started = mono_now();
     c->batch[c->nbatch++] = m;
 }
 
@@ -281,7 +281,7 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
                  c->o.on_error == CONSUMER_ON_ERROR_HALT ? "halt" : "failed");
 
     while (!*stop && !c->halted && !c->fatal) {
-        if (c->pending != NULL && consume_now() >= c->commit_retry_at)
+        if (c->pending != NULL && mono_now() >= c->commit_retry_at)
             consume_commit_pending(c);
         if (!c->pg_ready) {
             consume_pg_connect(c);
@@ -296,7 +296,7 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
                 continue;
             }
         }
-        double now = consume_now();
+        double now = mono_now();
         bool full = c->nbatch >= (size_t) c->o.batch;
         double left = c->batch_started + c->o.batch_ms / 1000.0 - now;
         if (c->nbatch > 0 && (full || left <= 0)) {
