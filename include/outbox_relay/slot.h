@@ -17,7 +17,7 @@
  *  - the backfill marker of that table (backfill.h): a slot whose backfill
  *    has not finished is not streamed.
  *
- * Every function returns an enum stream_rc (stream.h) and says why in
+ * Every function returns an enum stream_rc (stream_rc.h) and says why in
  * err. Nothing here starts replication: that is stream.c's, which also
  * owns the connection; a struct slot only borrows it.
  */
@@ -29,7 +29,7 @@
 #include <stddef.h>
 
 #include "outbox_relay/lsn.h"
-#include "outbox_relay/stream.h"
+#include "outbox_relay/stream_rc.h"
 
 /* The slot being administered. Every pointer is borrowed (the stream's);
  * the struct itself holds no resource, so it needs no _free. */

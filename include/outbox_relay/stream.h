@@ -18,18 +18,8 @@
 #include <stdint.h>
 
 #include "outbox_relay/lsn.h"
+#include "outbox_relay/stream_rc.h"
 #include "outbox_relay/wire.h"
-
-enum stream_rc {
-    STREAM_OK = 0,
-    STREAM_RETRY = -1,
-    STREAM_BUSY = -2,
-    STREAM_FATAL = -3,
-    STREAM_END = -4, /* the server ended the copy (e.g. after our CopyDone) */
-    STREAM_BACKFILL = -5 /* the slot exists but its backfill has not finished
-                            (public.outbox_relay_slots): finish it first,
-                            then call stream_start again */
-};
 
 struct decoder; /* decoder.h */
 

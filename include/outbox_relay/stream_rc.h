@@ -1,0 +1,20 @@
+/*
+ * stream_rc.h — the result codes of setting up and running replication,
+ * shared by stream (stream.h) and the slot's administration (slot.h), which
+ * stream uses: a header of their own so that neither includes the other.
+ */
+#ifndef OUTBOX_RELAY_STREAM_RC_H
+#define OUTBOX_RELAY_STREAM_RC_H
+
+enum stream_rc {
+    STREAM_OK = 0,
+    STREAM_RETRY = -1,
+    STREAM_BUSY = -2,
+    STREAM_FATAL = -3,
+    STREAM_END = -4, /* the server ended the copy (e.g. after our CopyDone) */
+    STREAM_BACKFILL = -5 /* the slot exists but its backfill has not finished
+                            (public.outbox_relay_slots): finish it first,
+                            then call stream_start again */
+};
+
+#endif
