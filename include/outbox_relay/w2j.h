@@ -6,7 +6,7 @@
  * include-timestamp, include-types=0 and include-xids=0 the server produces
  * lines like these (captured from PostgreSQL 15 + wal2json 2.5); the relayer
  * leaves include-lsn out (the XLogData header carries the positions, see
- * relay.c), so its lines have no "lsn"/"nextlsn" and the record's lsn and
+ * decoder_w2j.c), so its lines have no "lsn"/"nextlsn" and the record's lsn and
  * nextlsn stay 0 for the caller to fill:
  *
  *   {"action":"B","timestamp":"2026-11-30 14:38:02.796452+00","lsn":"0/152AAA8","nextlsn":"0/152AAD8"}
