@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "outbox_relay/options.h"
+#include "outbox_relay/topic.h"
 
 _Static_assert(sizeof(enum poison_policy) == sizeof(int), "OPT_ENUM stores an int");
 
@@ -245,73 +246,6 @@ int config_check_slot_name(const char *name, char *err, size_t errlen)
     return 0;
 }
 
-int config_check_topic_template(const char *tmpl, char *err, size_t errlen)
-{
-    if (*tmpl == '\0') {
-        snprintf(err, errlen, "topic template is empty");
-        return -1;
-    }
-    for (const char *p = tmpl; *p != '\0'; p++) {
-        if (*p == '{') {
-            if (strncmp(p, "{type}", 6) == 0) {
-                p += 5;
-                continue;
-            }
-            if (strncmp(p, "{prefix}", 8) == 0) {
-                p += 7;
-                continue;
-            }
-            snprintf(err, errlen, "topic template \"%s\": only {type} and {prefix} may stand "
-                     "in braces", tmpl);
-            return -1;
-        }
-        if (!options_topic_char_ok(*p)) {
-            unsigned char c = (unsigned char) *p;
-            char what[16];
-            if (c > 0x20 && c < 0x7f)
-                snprintf(what, sizeof what, "'%c'", c);
-            else
-                snprintf(what, sizeof what, "byte 0x%02X", c);
-            snprintf(err, errlen, "topic template: %s is not allowed in Kafka topic names "
-                     "(use letters, digits, '.', '_' and '-')", what);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-int config_expand_topic(const char *tmpl, const char *type, size_t type_len, char *out,
-                        size_t cap)
-{
-    size_t n = 0, prefix_len = type_len;
-    const char *dot = memchr(type, '.', type_len);
-    if (dot != NULL)
-        prefix_len = (size_t) (dot - type);
-
-    for (const char *p = tmpl; *p != '\0'; p++) {
-        const char *src = p;
-        size_t len = 1;
-        if (*p == '{' && strncmp(p, "{type}", 6) == 0) {
-            src = type, len = type_len, p += 5;
-        } else if (*p == '{' && strncmp(p, "{prefix}", 8) == 0) {
-            src = type, len = prefix_len, p += 7;
-        }
-        if (n + len >= cap) {
-            out[n] = '\0';
-            return -1;
-        }
-        memcpy(out + n, src, len);
-        n += len;
-    }
-    out[n] = '\0';
-    if (n == 0 || n > 249 || (n == 1 && out[0] == '.') || (n == 2 && strcmp(out, "..") == 0))
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        if (!options_topic_char_ok(out[i]))
-            return -1;
-    return (int) n;
-}
-
 static bool ident_ok(const char *s, size_t n)
 {
     if (n == 0 || n > 63)
@@ -451,9 +385,9 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
     cfg->table_schema = strndup(schema, slen);
     cfg->table_name = strndup(name, nlen);
 
-    if (config_check_topic_template(cfg->topic, err, errlen) < 0)
+    if (topic_check_template(cfg->topic, err, errlen) < 0)
         return -1;
-    if (config_check_topic_template(cfg->dead_letter_topic, err, errlen) < 0 ||
+    if (topic_check_template(cfg->dead_letter_topic, err, errlen) < 0 ||
         strchr(cfg->dead_letter_topic, '{') != NULL) {
         snprintf(err, errlen, "--dead-letter-topic \"%s\" must be a plain Kafka topic name",
                  cfg->dead_letter_topic);

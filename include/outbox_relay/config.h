@@ -85,14 +85,4 @@ void config_register_secrets(const struct relay_config *cfg);
  * Returns 0, or -1 with a message in err. */
 int config_check_slot_name(const char *name, char *err, size_t errlen);
 
-/* Validates a topic template: literal parts must be legal Kafka topic
- * characters [A-Za-z0-9._-], placeholders only {type} and {prefix}. */
-int config_check_topic_template(const char *tmpl, char *err, size_t errlen);
-
-/* Expands a topic template for an event type into out (capacity cap).
- * Returns the length, or -1 if the result is empty, longer than 249 bytes
- * or contains characters Kafka does not allow in topic names. */
-int config_expand_topic(const char *tmpl, const char *type, size_t type_len, char *out,
-                        size_t cap);
-
 #endif

@@ -29,11 +29,15 @@ struct topic_cache {
     struct topic_entry slots[TOPIC_SLOTS];
 };
 
-/* The topic for an event type (type_len bytes, not NUL-terminated) under
- * template tmpl ({type}, {prefix} = the type up to its first '.', or a
- * fixed name), into out (capacity cap). Returns the length, or -1 when it
- * is no valid Kafka topic name (empty, over 249 bytes, a character outside
- * [A-Za-z0-9._-]). */
+/* Validates a topic template: literal parts must be legal Kafka topic
+ * characters [A-Za-z0-9._-], placeholders only {type} and {prefix}.
+ * Returns 0, or -1 with a message in err. */
+int topic_check_template(const char *tmpl, char *err, size_t errlen);
+
+/* Expands a topic template for an event type into out (capacity cap):
+ * {type} is the type, {prefix} its part before the first dot. Returns the
+ * length, or -1 if the result is empty, longer than 249 bytes or contains
+ * characters Kafka does not allow in topic names. */
 int topic_name(const char *tmpl, const char *type, size_t type_len, char *out, size_t cap);
 
 /* The entry for type: the cached one, or the empty slot where it belongs

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "outbox_relay/config.h"
+#include "outbox_relay/topic.h"
 
 static enum config_result load(struct relay_config *cfg, char **envp, char *err, int argc, ...)
 {
@@ -236,20 +237,20 @@ static void test_dsn_error_hides_password(void)
 static void test_topics(void)
 {
     char out[300];
-    CHECK_EQ_INT(config_expand_topic("{prefix}", "order.placed", 12, out, sizeof out), 5);
+    CHECK_EQ_INT(topic_name("{prefix}", "order.placed", 12, out, sizeof out), 5);
     CHECK(strcmp(out, "order") == 0);
-    CHECK_EQ_INT(config_expand_topic("{prefix}", "nodot", 5, out, sizeof out), 5);
+    CHECK_EQ_INT(topic_name("{prefix}", "nodot", 5, out, sizeof out), 5);
     CHECK(strcmp(out, "nodot") == 0);
-    CHECK(config_expand_topic("ev.{type}", "order.placed", 12, out, sizeof out) > 0);
+    CHECK(topic_name("ev.{type}", "order.placed", 12, out, sizeof out) > 0);
     CHECK(strcmp(out, "ev.order.placed") == 0);
-    CHECK(config_expand_topic("fixed", "order.placed", 12, out, sizeof out) > 0);
+    CHECK(topic_name("fixed", "order.placed", 12, out, sizeof out) > 0);
     CHECK(strcmp(out, "fixed") == 0);
-    CHECK_EQ_INT(config_expand_topic("{type}", "bad type", 8, out, sizeof out), -1);
-    CHECK_EQ_INT(config_expand_topic("{prefix}", ".x", 2, out, sizeof out), -1);
+    CHECK_EQ_INT(topic_name("{type}", "bad type", 8, out, sizeof out), -1);
+    CHECK_EQ_INT(topic_name("{prefix}", ".x", 2, out, sizeof out), -1);
     char big[300];
     memset(big, 'a', sizeof big);
-    CHECK_EQ_INT(config_expand_topic("{type}", big, 250, out, sizeof out), -1);
-    CHECK_EQ_INT(config_expand_topic("{type}", big, 249, out, sizeof out), 249);
+    CHECK_EQ_INT(topic_name("{type}", big, 250, out, sizeof out), -1);
+    CHECK_EQ_INT(topic_name("{type}", big, 249, out, sizeof out), 249);
 }
 
 static void test_help_and_version(void)
