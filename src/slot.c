@@ -363,6 +363,23 @@ static int create_new(struct slot *s)
     return rc;
 }
 
+/* Runs SELECT <columns> FROM public.outbox_relay_slots h for this slot.
+ * Returns the result (the caller's, PQclear it; check its status), or NULL
+ * with *rc = STREAM_RETRY when the name cannot be escaped. */
+static PGresult *history_select(struct slot *s, const char *columns, int *rc)
+{
+    char *lit = PQescapeLiteral(s->conn, s->name, strlen(s->name));
+    if (lit == NULL) {
+        *rc = fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->name);
+        return NULL;
+    }
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT %s FROM public.outbox_relay_slots h WHERE slot_name = %s",
+             columns, lit);
+    PQfreemem(lit);
+    return slot_exec(s, sql);
+}
+
 /* A missing slot that outbox-relay created before was dropped or lost:
  * events committed since may never have been relayed, so creating a new
  * one at the current position would skip them silently. The history is
@@ -370,16 +387,11 @@ static int create_new(struct slot *s)
  * the check cannot be made, which is said once. */
 static int check_slot_history(struct slot *s)
 {
-    char *lit = PQescapeLiteral(s->conn, s->name, strlen(s->name));
-    if (lit == NULL)
-        return fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->name);
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "SELECT created_lsn, created_at, to_jsonb(h)->>'backfill_state' "
-             "FROM public.outbox_relay_slots h WHERE slot_name = %s", lit);
-    PQfreemem(lit);
-    PGresult *res = slot_exec(s, sql);
     int rc = STREAM_OK;
+    PGresult *res = history_select(
+        s, "created_lsn, created_at, to_jsonb(h)->>'backfill_state'", &rc);
+    if (res == NULL)
+        return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (PQstatus(s->conn) != CONNECTION_OK) {
             rc = fail(s, STREAM_RETRY, "slot=%s: lost the connection while checking the slot "
@@ -423,16 +435,10 @@ static int check_slot_history(struct slot *s)
  * written a marker. */
 int slot_check_backfill_marker(struct slot *s)
 {
-    char *lit = PQescapeLiteral(s->conn, s->name, strlen(s->name));
-    if (lit == NULL)
-        return fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->name);
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "SELECT to_jsonb(h)->>'backfill_state' FROM public.outbox_relay_slots h "
-             "WHERE slot_name = %s", lit);
-    PQfreemem(lit);
-    PGresult *res = slot_exec(s, sql);
     int rc = STREAM_OK;
+    PGresult *res = history_select(s, "to_jsonb(h)->>'backfill_state'", &rc);
+    if (res == NULL)
+        return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (PQstatus(s->conn) != CONNECTION_OK)
             rc = fail(s, STREAM_RETRY, "slot=%s: lost the connection while reading its backfill "
