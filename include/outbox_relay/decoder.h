@@ -21,7 +21,8 @@
  * catalog: its inserts carry the outbox's own name.
  *
  * A plugin is one file: a struct decoder_ops and a constructor
- * (decoder_w2j_new in decoder_w2j.c is the first). Neither dispatch nor the
+ * (decoder_w2j_new in decoder_w2j.c is the first, decoder_pgoutput_new in
+ * decoder_pgoutput.c the second). Neither dispatch nor the
  * relay loop names a plugin.
  */
 #ifndef OUTBOX_RELAY_DECODER_H
@@ -74,6 +75,8 @@ struct decoder_slot {
     const char *table_name;
     const char *message_prefix; /* "" or NULL: no logical messages */
     bool partitioned;           /* the outbox is a partitioned table */
+    const char *publication;    /* pgoutput: the publication; NULL or "":
+                                   "outbox_relay" (wal2json ignores it) */
 };
 
 struct decoder;
@@ -104,6 +107,13 @@ struct decoder {
 /* The wal2json (format-version 2) decoder. NULL on OOM. Free with
  * decoder_free(). */
 struct decoder *decoder_w2j_new(void);
+
+/* The pgoutput (protocol version 1, PostgreSQL's built-in plugin) decoder
+ * (decoder_pgoutput.c, on pgoutput.h). It keeps the relation cache and the
+ * open transaction's xid and commit time across frames. NULL on OOM. Free
+ * with decoder_free(). Not selectable yet: issue 13's next step adds
+ * --plugin. */
+struct decoder *decoder_pgoutput_new(void);
 
 void decoder_free(struct decoder *d);
 

@@ -1,0 +1,290 @@
+/*
+ * decoder_pgoutput.c — the pgoutput (protocol version 1) decoder behind
+ * decoder.h, built on pgo_parse (pgoutput.h) and the plugin-neutral event
+ * functions of outbox_event.h.
+ *
+ * State across frames: the relation cache (an Insert names its relation by
+ * OID only) and the open transaction's xid and commit time (a Commit and an
+ * Insert carry no xid). Positions: an Insert's LSN is the frame's wal_start
+ * (the change's own position); a Message carries its LSN, the one
+ * pg_logical_emit_message() returned; a Commit carries the end of its
+ * commit record. Relation and Type frames arrive with wal_start 0/0.
+ *
+ * Rows: pgoutput sends every value as PostgreSQL's text output, so the
+ * payload is the jsonb exactly as PostgreSQL prints it and created_at the
+ * timestamptz in the walsender's TimeZone, with nothing to unescape. With
+ * publish_via_partition_root a partitioned outbox's rows arrive under the
+ * root's name and OID (the server sends the leaf's Relation too, which the
+ * cache keeps and nothing uses): no member callback.
+ */
+#include "outbox_relay/decoder.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outbox_relay/outbox_event.h"
+#include "outbox_relay/pgoutput.h"
+
+struct decoder_pgo {
+    struct decoder base; /* first: a struct decoder * is a struct decoder_pgo * */
+    struct pgo_parser parser;
+    struct pgo_msg msg;     /* the last frame's */
+    struct w2j_scratch scratch;
+    bool in_tx;
+    uint32_t xid;           /* of the open transaction */
+    int64_t commit_pg_us;   /* its commit time, PostgreSQL's epoch */
+};
+
+/* PostgreSQL's epoch to Unix microseconds; 0 (unknown) when it overflows. */
+static int64_t unix_us(int64_t pg_us)
+{
+    if (pg_us > INT64_MAX - PGO_UNIX_EPOCH_US)
+        return 0;
+    return pg_us + PGO_UNIX_EPOCH_US;
+}
+
+static int pgo_decode(struct decoder *d, const char *data, size_t len, lsn_t wal_start,
+                      struct decoder_record *out, char *err, size_t errlen)
+{
+    struct decoder_pgo *g = (struct decoder_pgo *) d;
+    struct pgo_msg *m = &g->msg;
+    char e[PGO_ERRLEN];
+
+    out->kind = DECODER_NONE;
+    out->wal_start = wal_start;
+    out->data = data;
+    out->data_len = len;
+    if (pgo_parse(&g->parser, data, len, m, e, sizeof e) < 0) {
+        snprintf(err, errlen, "cannot parse pgoutput message at " LSN_FMT ": %s",
+                 LSN_ARGS(wal_start), e);
+        return -1;
+    }
+    switch (m->type) {
+    case 'B':
+        g->in_tx = true;
+        g->xid = m->xid;
+        g->commit_pg_us = m->timestamp;
+        out->kind = DECODER_BEGIN;
+        out->xid = m->xid;
+        out->lsn = m->lsn;
+        out->timestamp_us = unix_us(m->timestamp);
+        break;
+    case 'C':
+        out->kind = DECODER_COMMIT;
+        out->xid = g->in_tx ? (int64_t) g->xid : -1;
+        out->lsn = m->lsn;
+        out->end_lsn = m->end_lsn;
+        g->in_tx = false;
+        break;
+    case 'I':
+        out->kind = DECODER_INSERT;
+        out->xid = g->in_tx ? (int64_t) g->xid : -1;
+        out->lsn = wal_start;
+        out->schema = m->rel->nspname;
+        out->schema_len = m->rel->nspname_len;
+        out->table = m->rel->relname;
+        out->table_len = m->rel->relname_len;
+        break;
+    case 'M':
+        out->kind = DECODER_MESSAGE;
+        out->lsn = m->lsn;
+        out->transactional = m->transactional;
+        out->timestamp_us = 0; /* pgoutput sends no time with a message */
+        out->prefix = m->prefix.ptr;
+        out->prefix_len = m->prefix.len;
+        break;
+    default:
+        break; /* relation, type, origin: state; update, delete, truncate: not events */
+    }
+    return 0;
+}
+
+/* Days since 1970-01-01 to a civil date (the inverse of outbox_event.c's
+ * days_from_civil). */
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = (int) (doy - (153 * mp + 2) / 5 + 1);
+    *m = (int) (mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+/* A commit time as PostgreSQL prints a timestamptz in UTC (DateStyle ISO:
+ * "2026-03-01 10:00:00.123+00", trailing fraction zeros dropped) into buf
+ * (at least 40 bytes). Returns the length, or 0 outside years 1..9999. */
+static size_t format_utc(int64_t unix_usec, char *buf)
+{
+    int64_t secs = unix_usec / 1000000, frac = unix_usec % 1000000;
+    if (frac < 0) {
+        frac += 1000000;
+        secs--;
+    }
+    int64_t days = secs / 86400, rem = secs % 86400;
+    if (rem < 0) {
+        rem += 86400;
+        days--;
+    }
+    int64_t y;
+    int mo, d;
+    civil_from_days(days, &y, &mo, &d);
+    if (y < 1 || y > 9999)
+        return 0;
+    int n = snprintf(buf, 40, "%04" PRId64 "-%02d-%02d %02d:%02d:%02d", y, mo, d,
+                     (int) (rem / 3600), (int) (rem / 60 % 60), (int) (rem % 60));
+    if (frac != 0) {
+        int digits = 6;
+        while (frac % 10 == 0) {
+            frac /= 10;
+            digits--;
+        }
+        n += snprintf(buf + n, (size_t) (40 - n), ".%0*" PRId64, digits, frac);
+    }
+    n += snprintf(buf + n, (size_t) (40 - n), "+00");
+    return (size_t) n;
+}
+
+/* The text of column name of the inserted row: 0 with ptr NULL for SQL
+ * NULL, -1 with err when the column is missing or unchanged TOAST. */
+static int column(const struct pgo_msg *m, const char *name, const char **ptr, size_t *len,
+                  uint32_t *type_oid, lsn_t lsn, char *err, size_t errlen)
+{
+    int i = pgo_column_index(m->rel, name);
+    if (i < 0)
+        return outbox_event_fail(err, errlen, lsn, "missing column \"%s\"", name);
+    const struct pgo_value *v = &m->values[i];
+    if (v->kind == 'u') /* never for an INSERT: a TOASTed value arrives whole */
+        return outbox_event_fail(err, errlen, lsn, "column \"%s\" is an unchanged TOAST value",
+                                 name);
+    *ptr = v->kind == 't' ? v->ptr : NULL;
+    *len = v->kind == 't' ? v->len : 0;
+    if (type_oid != NULL)
+        *type_oid = m->rel->columns[i].type_oid;
+    return 0;
+}
+
+static int row_event(struct decoder_pgo *g, struct outbox_event *ev, char *err, size_t errlen)
+{
+    const struct w2j_columns_map *map = &W2J_DEFAULT_COLUMNS;
+    const struct pgo_msg *m = &g->msg;
+    const char *id, *type;
+    size_t id_len, type_len;
+    uint32_t id_oid;
+    lsn_t lsn = ev->lsn;
+
+    if (column(m, map->id, &id, &id_len, &id_oid, lsn, err, errlen) < 0 ||
+        column(m, map->aggregate_id, &ev->aggregate_id, &ev->aggregate_id_len, NULL, lsn, err,
+               errlen) < 0 ||
+        column(m, map->type, &type, &type_len, NULL, lsn, err, errlen) < 0 ||
+        column(m, map->payload, &ev->payload, &ev->payload_len, NULL, lsn, err, errlen) < 0 ||
+        column(m, map->created_at, &ev->created_at, &ev->created_at_len, NULL, lsn, err,
+               errlen) < 0)
+        return -1;
+    if (id == NULL)
+        return outbox_event_fail(err, errlen, lsn, "column \"%s\" is NULL", map->id);
+    /* int2, int4, int8 print a sign; any other type's text must not have one */
+    bool sign_ok = id_oid == 20 || id_oid == 21 || id_oid == 23;
+    if (outbox_event_set_id(ev, id, id_len, sign_ok) < 0)
+        return outbox_event_fail(err, errlen, lsn, "column \"%s\" is not an integer: %.*s",
+                                 map->id, (int) (id_len > 32 ? 32 : id_len), id);
+    if (type == NULL)
+        return outbox_event_fail(err, errlen, lsn, "column \"%s\" is NULL", map->type);
+    if (type_len == 0)
+        return outbox_event_fail(err, errlen, lsn, "column \"%s\" is empty", map->type);
+    ev->type = type;
+    ev->type_len = type_len;
+    return 0;
+}
+
+/* A logical message: its content is the envelope, as the producer wrote it.
+ * created_at: the transaction's commit time (as wal2json gives it) in UTC. */
+static int message_event(struct decoder_pgo *g, struct outbox_event *ev, char *err,
+                         size_t errlen)
+{
+    const struct pgo_msg *m = &g->msg;
+    char ts[40];
+    size_t ts_len = 0;
+
+    if (m->content.len > SIZE_MAX - sizeof ts ||
+        outbox_scratch_reserve(&g->scratch, m->content.len + sizeof ts) < 0)
+        return outbox_event_fail(err, errlen, ev->lsn, "out of memory");
+    if (outbox_event_from_envelope(m->content.ptr, m->content.len, &g->scratch, ev, err,
+                                   errlen) < 0)
+        return -1;
+    if (m->transactional && g->in_tx)
+        ts_len = format_utc(unix_us(g->commit_pg_us), ts);
+    if (ts_len > 0) {
+        char *at = g->scratch.buf + g->scratch.len;
+        memcpy(at, ts, ts_len);
+        g->scratch.len += ts_len;
+        ev->created_at = at;
+        ev->created_at_len = ts_len;
+    }
+    outbox_event_set_message_id(ev);
+    return 0;
+}
+
+static int pgo_event(struct decoder *d, const struct decoder_record *rec,
+                     struct outbox_event *ev, char *err, size_t errlen)
+{
+    struct decoder_pgo *g = (struct decoder_pgo *) d;
+    char type = g->msg.type; /* rec is the record of the same frame */
+
+    outbox_event_reset(ev, rec->lsn);
+    g->scratch.len = 0;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (type == 'I')
+        return row_event(g, ev, err, errlen);
+    if (type == 'M')
+        return message_event(g, ev, err, errlen);
+    return outbox_event_fail(err, errlen, rec->lsn, "a pgoutput '%c' message is not an event",
+                             type >= 0x20 && type < 0x7f ? type : '?');
+}
+
+static int pgo_start_options(const struct decoder_slot *slot, char *buf, size_t cap)
+{
+    const char *pub = slot->publication && *slot->publication ? slot->publication
+                                                              : "outbox_relay";
+    const char *msgs = slot->message_prefix && *slot->message_prefix
+                           ? ", \"messages\" 'true'" : "";
+    if (cap == 0 || strchr(pub, '\'') != NULL)
+        return -1;
+    int n = snprintf(buf, cap, "\"proto_version\" '1', \"publication_names\" '%s'%s", pub, msgs);
+    if (n < 0 || (size_t) n >= cap)
+        return -1;
+    return n;
+}
+
+static void pgo_free(struct decoder *d)
+{
+    struct decoder_pgo *g = (struct decoder_pgo *) d;
+    pgo_parser_free(&g->parser);
+    w2j_scratch_free(&g->scratch);
+    free(g);
+}
+
+static const struct decoder_ops PGO_OPS = {
+    .plugin = "pgoutput",
+    .package = "none: pgoutput is built into PostgreSQL (10 and later)",
+    .start_options = pgo_start_options,
+    .decode = pgo_decode,
+    .event = pgo_event,
+    .member = NULL,
+    .free = pgo_free,
+};
+
+struct decoder *decoder_pgoutput_new(void)
+{
+    struct decoder_pgo *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return NULL;
+    g->base.ops = &PGO_OPS;
+    return &g->base;
+}
