@@ -215,6 +215,27 @@ class Supervisor:
         return sum(len(rx.findall(p.log_text())) for p in self.procs)
 
 
+def finish_at_marker(pg, sup, marker_end, check=None):
+    """Waits (bounded) until the slot has confirmed marker_end, calling
+    sup.check() and then check(sup) if given on every look; then SIGTERMs
+    the current relayer, which must exit 0. Returns when it caught up
+    (monotonic seconds)."""
+    def caught_up():
+        sup.check()
+        if check is not None:
+            check(sup)
+        c = pg.confirmed_flush_lsn(SLOT)
+        return c is not None and c >= marker_end
+    wait_until(caught_up, 120, interval=0.2,
+               message="the slot to confirm the marker at %s; log tail:\n%s"
+               % (harness.int_to_lsn(marker_end), sup.current.log_tail()))
+    t_caught_up = time.monotonic()
+    last = sup.current
+    rc = last.terminate(30)
+    assert rc == 0, "the last relayer exited %s on SIGTERM; log tail:\n%s" % (rc, last.log_tail())
+    return t_caught_up
+
+
 def commit_marker(pg, topic):
     """Commits one `<topic>.marker` event after everything else; returns
     (its id, the end of its commit record). Once the slot has confirmed
@@ -470,17 +491,7 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
     # confirmed its commit, every earlier transaction was delivered.
     marker_id, marker_end = commit_marker(pg, "chaosa")
 
-    def caught_up():
-        sup.check()
-        c = pg.confirmed_flush_lsn(SLOT)
-        return c is not None and c >= marker_end
-    wait_until(caught_up, 120, interval=0.2,
-               message="the slot to confirm the marker at %s; log tail:\n%s"
-               % (harness.int_to_lsn(marker_end), sup.current.log_tail()))
-    t_caught_up = time.monotonic()
-    last = sup.current
-    rc = last.terminate(30)
-    assert rc == 0, "the last relayer exited %s on SIGTERM; log tail:\n%s" % (rc, last.log_tail())
+    t_caught_up = finish_at_marker(pg, sup, marker_end)
 
     # What the database says was committed.
     rows = {}

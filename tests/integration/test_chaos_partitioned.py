@@ -329,18 +329,7 @@ def test_chaos_partitioned(pg, broker, relayer, kill3):
     # before it was delivered.
     marker_id, marker_end = test_chaos.commit_marker(pg, "chaosa")
 
-    def caught_up():
-        sup.check()
-        fail_on_exits(sup)
-        c = pg.confirmed_flush_lsn(SLOT)
-        return c is not None and c >= marker_end
-    wait_until(caught_up, 120, interval=0.2,
-               message="the slot to confirm the marker at %s; log tail:\n%s"
-               % (harness.int_to_lsn(marker_end), sup.current.log_tail()))
-    t_caught_up = time.monotonic()
-    last = sup.current
-    rc = last.terminate(30)
-    assert rc == 0, "the last relayer exited %s on SIGTERM; log tail:\n%s" % (rc, last.log_tail())
+    t_caught_up = test_chaos.finish_at_marker(pg, sup, marker_end, check=fail_on_exits)
 
     # What the tables say: the outbox and the detached partition.
     rows, backlog = {}, set()
