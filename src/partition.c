@@ -158,6 +158,7 @@ struct partition_map {
     uint64_t tx;        /* transactions begun */
     uint64_t gen;       /* transactions that showed no row of the schema */
     uint32_t tx_xid;    /* of the open transaction, 0 unknown */
+    uint32_t visible_xid; /* last transaction wait_visible() saw visible */
     int guard_log;      /* sql/007's guard log exists: 1, 0, -1 not asked on this connection */
     bool tx_rows;       /* the open transaction showed a row of the schema */
 };
@@ -329,8 +330,12 @@ static int lookup(struct partition_map *pm, const char *name, lsn_t at,
             return -1;
         }
     }
-    if (pm->tx_xid != 0 && wait_visible(pm, pm->tx_xid, err, errlen) < 0)
-        return -1;
+    /* Once per transaction: visibility, once reached, stays. */
+    if (pm->tx_xid != 0 && pm->tx_xid != pm->visible_xid) {
+        if (wait_visible(pm, pm->tx_xid, err, errlen) < 0)
+            return -1;
+        pm->visible_xid = pm->tx_xid;
+    }
     char lsn[32], sql[2048];
     snprintf(lsn, sizeof lsn, LSN_FMT, LSN_ARGS(at));
     snprintf(sql, sizeof sql, "%s%s%s", LOOKUP_SQL_HEAD, pm->guard_log ? GUARD_OK : "",
