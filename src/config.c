@@ -20,9 +20,12 @@
 #include "outbox_relay/topic.h"
 
 _Static_assert(sizeof(enum poison_policy) == sizeof(int), "OPT_ENUM stores an int");
+_Static_assert(sizeof(enum relay_plugin) == sizeof(int), "OPT_ENUM stores an int");
 
 static const struct option_word poison_words[] = {
     {"halt", POISON_HALT}, {"dead-letter", POISON_DEAD_LETTER}, {NULL, 0}};
+static const struct option_word plugin_words[] = {
+    {"wal2json", PLUGIN_WAL2JSON}, {"pgoutput", PLUGIN_PGOUTPUT}, {NULL, 0}};
 static const struct option_word backfill_words[] = {{"none", 0}, {"pending", 1}, {NULL, 0}};
 
 #define OFF(field) offsetof(struct relay_config, field)
@@ -40,7 +43,12 @@ static const struct option_def options[] = {
     OPT("brokers", OPT_STR, brokers, NULL, "HOST:PORT[,...]",
         "Kafka bootstrap servers; required to run"),
     OPT("slot", OPT_STR, slot, "outbox_relay", "NAME",
-        "logical replication slot (created with wal2json if missing)"),
+        "logical replication slot (created with --plugin if missing)"),
+    OPT_WORDS("plugin", OPT_ENUM, plugin, "wal2json", "wal2json|pgoutput",
+              "output plugin: wal2json (format-version 2) or PostgreSQL's built-in pgoutput",
+              plugin_words),
+    OPT("publication", OPT_STR, publication, "outbox_relay", "NAME",
+        "pgoutput: the publication of the outbox table (created if missing and allowed)"),
     OPT("table", OPT_STR, table, "public.events_outbox", "SCHEMA.TABLE",
         "the outbox table whose INSERTs are relayed"),
     OPT("topic", OPT_STR, topic, "{prefix}", "TEMPLATE",
@@ -246,6 +254,24 @@ int config_check_slot_name(const char *name, char *err, size_t errlen)
     return 0;
 }
 
+/* pgoutput reads publication_names as an identifier list and folds
+ * unquoted names to lower case; the relayer creates the publication with
+ * the name quoted. Only names both read the same way are taken. */
+static int check_publication_name(const char *name, char *err, size_t errlen)
+{
+    size_t n = strlen(name);
+    bool ok = n >= 1 && n <= 63 && !(name[0] >= '0' && name[0] <= '9');
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+             name[i] == '_';
+    if (!ok) {
+        snprintf(err, errlen, "--publication \"%s\" must be 1 to 63 lower-case letters, digits "
+                 "and underscores, not starting with a digit", name);
+        return -1;
+    }
+    return 0;
+}
+
 static bool ident_ok(const char *s, size_t n)
 {
     if (n == 0 || n > 63)
@@ -365,7 +391,8 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
         return -1;
     }
     if (options_check_dsn(cfg->dsn, err, errlen) < 0 ||
-        config_check_slot_name(cfg->slot, err, errlen) < 0)
+        config_check_slot_name(cfg->slot, err, errlen) < 0 ||
+        check_publication_name(cfg->publication, err, errlen) < 0)
         return -1;
 
     const char *dot = strchr(cfg->table, '.');

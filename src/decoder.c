@@ -1,6 +1,6 @@
 /*
  * decoder.c — the plugin-neutral half of decoder.h: calls through a
- * decoder's ops. Each plugin is one file of its own (decoder_w2j.c).
+ * decoder's ops. Each plugin is one file of its own (decoder_w2j.c, decoder_pgoutput.c).
  */
 #include "outbox_relay/decoder.h"
 
@@ -15,6 +15,16 @@ void decoder_free(struct decoder *d)
 const char *decoder_plugin(const struct decoder *d)
 {
     return d->ops->plugin;
+}
+
+bool decoder_uses_publication(const struct decoder *d)
+{
+    return d->ops->publication;
+}
+
+bool decoder_names_root(const struct decoder *d)
+{
+    return d->ops->member == NULL;
 }
 
 const char *decoder_package(const struct decoder *d)

@@ -273,6 +273,7 @@ static void pgo_free(struct decoder *d)
 static const struct decoder_ops PGO_OPS = {
     .plugin = "pgoutput",
     .package = "none: pgoutput is built into PostgreSQL (10 and later)",
+    .publication = true,
     .start_options = pgo_start_options,
     .decode = pgo_decode,
     .event = pgo_event,

@@ -111,8 +111,9 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->cfg = cfg;
     r->stop = stop;
     r->metrics = metrics;
-    r->decoder = decoder_w2j_new();
+    r->decoder = cfg->plugin == PLUGIN_PGOUTPUT ? decoder_pgoutput_new() : decoder_w2j_new();
     struct stream_options so = {.decoder = r->decoder, .dsn = cfg->dsn, .slot = cfg->slot,
+                                .publication = cfg->publication,
                                 .table_schema = cfg->table_schema,
                                 .table_name = cfg->table_name,
                                 .message_prefix = cfg->message_prefix, .create_slot = true,
@@ -539,16 +540,17 @@ int relay_run(struct relay *r)
         if (r->stats.received_lsn < tracker_confirmed(r->tracker))
             r->stats.received_lsn = tracker_confirmed(r->tracker);
         r->sent_flush = 0;
-        log_info("slot=%s lsn=" LSN_FMT ": streaming %s.%s to Kafka (walsender pid %d)",
+        log_info("slot=%s lsn=" LSN_FMT ": streaming %s.%s to Kafka (%s, walsender pid %d)",
                  cfg->slot, LSN_ARGS(tracker_confirmed(r->tracker)), cfg->table_schema,
-                 cfg->table_name, stream_backend_pid(r->stream));
+                 cfg->table_name, decoder_plugin(r->decoder), stream_backend_pid(r->stream));
         backfill_close(r->backfill); /* streaming: no lock left to wait for */
         streamed = true;
         waiting_logged = false;
         backoff = 0.5;
         stream_set_create_slot(r->stream, false);
         r->rewind = false; /* this session starts at the confirmed position anyway */
-        dispatch_set_partitioned(r->dispatch, stream_outbox_partitioned(r->stream));
+        dispatch_set_partitioned(r->dispatch, stream_outbox_partitioned(r->stream) &&
+                                                  !decoder_names_root(r->decoder));
 
         rc = session(r);
         if (rc == SESSION_STOP)

@@ -20,6 +20,7 @@
 #include "outbox_relay/clock.h"
 #include "outbox_relay/decoder.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/publication.h"
 #include "outbox_relay/slot.h"
 
 #define STREAM_ERRLEN 1024
@@ -30,6 +31,7 @@ struct stream {
     char *table_schema;
     char *table_name;
     char *message_prefix;
+    char *publication;
     bool create_slot;
     struct decoder *own_decoder;      /* when the options named none */
     const struct decoder *decoder;    /* the output plugin (decoder.h) */
@@ -56,12 +58,14 @@ struct stream *stream_new(const struct stream_options *opts)
     s->table_schema = dup_or_empty(opts->table_schema);
     s->table_name = dup_or_empty(opts->table_name);
     s->message_prefix = dup_or_empty(opts->message_prefix);
+    s->publication = dup_or_empty(opts->publication && *opts->publication ? opts->publication
+                                                                          : "outbox_relay");
     s->create_slot = opts->create_slot;
     s->decoder = opts->decoder;
     if (s->decoder == NULL)
         s->decoder = s->own_decoder = decoder_w2j_new();
     if (!s->dsn || !s->slot || !s->table_schema || !s->table_name || !s->message_prefix ||
-        !s->decoder) {
+        !s->publication || !s->decoder) {
         stream_free(s);
         return NULL;
     }
@@ -88,6 +92,7 @@ void stream_free(struct stream *s)
     free(s->table_schema);
     free(s->table_name);
     free(s->message_prefix);
+    free(s->publication);
     decoder_free(s->own_decoder);
     free(s);
 }
@@ -210,7 +215,8 @@ static int build_start_command(const struct decoder *d, const struct stream_opti
     struct decoder_slot ds = {.table_schema = opts->table_schema,
                               .table_name = opts->table_name,
                               .message_prefix = opts->message_prefix,
-                              .partitioned = opts->partitioned};
+                              .partitioned = opts->partitioned,
+                              .publication = opts->publication};
     int o = decoder_start_options(d, &ds, buf + n, cap - n);
     if (o < 0)
         return -1;
@@ -236,7 +242,7 @@ static int start_replication(struct stream *s, lsn_t start)
 {
     struct stream_options o = {.slot = s->slot, .table_schema = s->table_schema,
                                .table_name = s->table_name, .message_prefix = s->message_prefix,
-                               .partitioned = s->partitioned};
+                               .partitioned = s->partitioned, .publication = s->publication};
     char cmd[1024];
     if (build_start_command(s->decoder, &o, start, cmd, sizeof cmd) < 0)
         return fail(s, STREAM_FATAL, "slot=%s: START_REPLICATION command too long", s->slot);
@@ -289,6 +295,11 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
     bool exists = false;
     if ((rc = slot_lookup(&s->admin, &exists, slot_confirmed)) != STREAM_OK)
         goto fail;
+    /* Before the slot: its first change must come after the publication. */
+    if (decoder_uses_publication(s->decoder) &&
+        (rc = publication_ensure(&s->admin, s->publication, s->partitioned, exists)) !=
+            STREAM_OK)
+        goto fail;
     if (!exists) {
         if (!s->create_slot) {
             rc = fail(s, STREAM_FATAL, "slot=%s does not exist any more (dropped while in "
@@ -332,6 +343,12 @@ static int copy_ended(struct stream *s)
     if (strstr(msg, "can no longer get changes") || strstr(msg, "invalidated"))
         return fail(s, STREAM_FATAL, "slot=%s was invalidated while streaming: %s", s->slot,
                     msg);
+    if (strstr(msg, "publication \"") && strstr(msg, "does not exist"))
+        return fail(s, STREAM_FATAL, "slot=%s: pgoutput found no publication %s as of a change "
+                    "it had to decode (created after the slot, or dropped): it cannot get past "
+                    "that change. Create the publication (sql/008_publication.sql), drop the "
+                    "slot and start with --recreate-slot --backfill pending: %s", s->slot,
+                    s->publication, msg);
     return fail(s, STREAM_RETRY, "slot=%s: replication stream ended: %s", s->slot, msg);
 }
 

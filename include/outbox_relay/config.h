@@ -25,12 +25,15 @@
 
 enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS };
 enum poison_policy { POISON_HALT = 0, POISON_DEAD_LETTER };
+enum relay_plugin { PLUGIN_WAL2JSON = 0, PLUGIN_PGOUTPUT };
 
 struct relay_config {
     enum relay_command command;
     char *dsn;
     char *brokers;
     char *slot;
+    enum relay_plugin plugin; /* the output plugin: wal2json (default) or pgoutput */
+    char *publication;  /* pgoutput: the publication (default outbox_relay) */
     char *table;        /* as given: "schema.table" */
     char *table_schema; /* split and validated */
     char *table_name;

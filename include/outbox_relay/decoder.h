@@ -84,6 +84,8 @@ struct decoder;
 struct decoder_ops {
     const char *plugin;  /* the output plugin's name, for CREATE_REPLICATION_SLOT */
     const char *package; /* what to install when the server lacks it */
+    bool publication;    /* the plugin sends what a publication names
+                            (publication.h): pgoutput */
     /* See decoder_start_options(). */
     int (*start_options)(const struct decoder_slot *slot, char *buf, size_t cap);
     /* See decoder_decode(). */
@@ -111,14 +113,21 @@ struct decoder *decoder_w2j_new(void);
 /* The pgoutput (protocol version 1, PostgreSQL's built-in plugin) decoder
  * (decoder_pgoutput.c, on pgoutput.h). It keeps the relation cache and the
  * open transaction's xid and commit time across frames. NULL on OOM. Free
- * with decoder_free(). Not selectable yet: issue 13's next step adds
- * --plugin. */
+ * with decoder_free(). Selected with --plugin pgoutput. */
 struct decoder *decoder_pgoutput_new(void);
 
 void decoder_free(struct decoder *d);
 
 /* The output plugin's name ("wal2json"). Static storage. */
 const char *decoder_plugin(const struct decoder *d);
+
+/* Whether the plugin needs a publication (decoder_ops.publication). */
+bool decoder_uses_publication(const struct decoder *d);
+
+/* Whether the plugin names every row of a partitioned outbox by the root
+ * table (no decoder_member needed: no catalog lookups, no partition
+ * transaction hooks). */
+bool decoder_names_root(const struct decoder *d);
 
 /* What to install when the server lacks the plugin. Static storage. */
 const char *decoder_package(const struct decoder *d);

@@ -32,6 +32,8 @@ struct stream_options {
     const char *table_schema;
     const char *table_name;
     const char *message_prefix; /* "" or NULL: no logical messages */
+    const char *publication;    /* pgoutput: the publication (publication.h);
+                                   NULL or "": outbox_relay */
     bool partitioned;           /* builder only: the outbox is a partitioned
                                    table, so ask for every table of its schema
                                    (wal2json names the leaf partition) */

@@ -9,6 +9,10 @@
   relay_args   the usual "--dsn ... --brokers ..." pair for pg and broker
   kafka        read-back helpers bound to the broker: kafka.read(topic, expected, timeout),
                kafka.topics()
+  plugin       the output plugin of the test's relayers: a suite with
+               `pytestmark = pytest.mark.usefixtures("plugin")` runs every test
+               once per plugin (harness.PLUGINS); @pytest.mark.plugins("wal2json")
+               restricts one test to the plugins it is about
 
 Run: cmake --build build && /usr/bin/python3 -m pytest -q tests/integration
 The build dir is $OUTBOX_RELAY_BUILD (default <repo>/build).
@@ -27,7 +31,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 
+def pytest_generate_tests(metafunc):
+    if "plugin" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("plugins")
+        metafunc.parametrize("plugin", only.args if only else harness.PLUGINS, indirect=True)
+
+
+@pytest.fixture
+def plugin(request):
+    """The output plugin every daemon of this test runs the relayer with
+    (OUTBOX_RELAY_PLUGIN, harness.current_plugin)."""
+    harness.current_plugin = request.param
+    yield request.param
+    harness.current_plugin = None
+
+
 def pytest_configure(config):
+    config.addinivalue_line("markers", "plugins(*names): the output plugins a test runs with")
     # SIGTERM to pytest (a CI timeout) unwinds like Ctrl-C, so fixture
     # finalizers and the atexit hook stop every cluster and daemon.
     def on_term(signum, frame):

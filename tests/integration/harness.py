@@ -385,10 +385,20 @@ class PgCluster:
         rows = self.query(sql, params)
         return rows[0][0] if rows else None
 
+    # Not part of the schema every test gets: with --plugin pgoutput the
+    # relayer creates the publication itself when its role may (the path a
+    # user who just tries it takes); a least-privilege role needs the
+    # table's owner to run this file (create_role).
+    PUBLICATION_SQL = "008_publication.sql"
+
     def load_sql_dir(self, path):
         for f in sorted(glob.glob(os.path.join(path, "*.sql"))):
-            with open(f) as fh:
-                self.query(fh.read())
+            if os.path.basename(f) != self.PUBLICATION_SQL:
+                self.load_sql(f)
+
+    def load_sql(self, f):
+        with open(f) as fh:
+            self.query(fh.read())
 
     # -- roles -------------------------------------------------------------
 
@@ -408,6 +418,8 @@ class PgCluster:
             self.query(S.SQL("GRANT USAGE ON SCHEMA public TO {0}; "
                              "GRANT SELECT, DELETE ON public.events_outbox TO {0}")
                        .format(S.Identifier(name)))
+            if plugin() == "pgoutput":  # the owner's step for a role that may not create it
+                self.load_sql(os.path.join(REPO_ROOT, "sql", self.PUBLICATION_SQL))
 
     # -- WAL and slots -----------------------------------------------------
 
@@ -440,8 +452,14 @@ class PgCluster:
             "WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' AND xid = %s::xid",
             (int_to_lsn(since_lsn), str(xid))))
 
-    def create_slot(self, slot="outbox_relay", plugin="wal2json"):
-        """Creates a logical slot; returns its consistent point as an int."""
+    def create_slot(self, slot="outbox_relay", plugin=None):
+        """Creates a logical slot (plugin None: the test's, see plugin());
+        returns its consistent point as an int. For pgoutput the publication
+        is created first, as the relayer would (publication.h)."""
+        if plugin is None:
+            plugin = globals()["plugin"]()
+        if plugin == "pgoutput":
+            self.load_sql(os.path.join(REPO_ROOT, "sql", self.PUBLICATION_SQL))
         return lsn_to_int(self.query(
             "SELECT lsn FROM pg_create_logical_replication_slot(%s, %s)", (slot, plugin))[0][0])
 
@@ -478,7 +496,11 @@ class SlotHolder:
         self._conn = psycopg2.connect(self.pg.dsn(), connect_timeout=10,
                                       connection_factory=psycopg2.extras.LogicalReplicationConnection)
         cur = self._conn.cursor()
-        cur.start_replication(slot_name=self.slot, decode=False)
+        # pgoutput refuses to start without its protocol options
+        opts = None
+        if (self.pg.slot_info(self.slot) or {}).get("plugin") == "pgoutput":
+            opts = {"proto_version": "1", "publication_names": "outbox_relay"}
+        cur.start_replication(slot_name=self.slot, decode=False, options=opts)
         self._thread = threading.Thread(target=self._loop, args=(cur,), daemon=True)
         self._thread.start()
         wait_until(lambda: (self.pg.slot_info(self.slot) or {}).get("active"), timeout,
@@ -742,17 +764,33 @@ class MockBroker(_PipedHelper):
 # Daemon under test
 # --------------------------------------------------------------------------
 
+# The output plugin the current test runs the relayer with (conftest.py's
+# `plugin` fixture sets it for the suites parametrised by plugin; None: the
+# relayer's default). Every daemon gets it as OUTBOX_RELAY_PLUGIN, so a
+# suite runs unchanged with either plugin; a test's own env or --plugin wins.
+PLUGINS = ("wal2json", "pgoutput")
+current_plugin = None
+
+
+def plugin():
+    """The output plugin relayers of this test use ("wal2json" by default)."""
+    return current_plugin or "wal2json"
+
+
 class Process:
     """A daemon with stderr (and stdout) captured to a log file.
 
     env: extra environment; OUTBOX_RELAY_* variables of the calling
-    environment are removed first so tests never inherit configuration.
+    environment are removed first so tests never inherit configuration
+    (apart from the test's plugin, see current_plugin).
     """
 
     def __init__(self, argv, log_path, env=None, cwd=None):
         self.argv = list(argv)
         self.log_path = log_path
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_RELAY_")}
+        if current_plugin is not None:
+            full_env["OUTBOX_RELAY_PLUGIN"] = current_plugin
         full_env.update(env or {})
         self._log = open(log_path, "wb")
         _process_logs.append(log_path)

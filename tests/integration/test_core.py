@@ -1,6 +1,6 @@
 """test_core.py — end-to-end tests of the core relay: the real
-build/outbox-relay between a throwaway PostgreSQL (wal2json) and the mock
-Kafka cluster.
+build/outbox-relay between a throwaway PostgreSQL and the mock Kafka cluster,
+once with each output plugin (wal2json and pgoutput: conftest.py's `plugin`).
 
 Each test states the guarantee it checks and is built so that it fails when
 that guarantee breaks: absence is only asserted after a later marker event
@@ -21,6 +21,8 @@ import pytest
 
 import harness
 from harness import wait_until
+
+pytestmark = pytest.mark.usefixtures("plugin")
 
 STATUS = "0.5"          # --status-interval for tests that watch confirmed_flush_lsn
 SLOT = "outbox_relay"
@@ -638,7 +640,7 @@ def test_sigkill_mid_stream_loses_nothing(pg, broker, kafka, relayer, tuning):
 # --------------------------------------------------------------------------
 
 def test_slot_auto_created_with_warning(pg, broker, kafka, relayer):
-    """A missing slot is created with wal2json and a warning says events
+    """A missing slot is created with the plugin and a warning says events
     committed before it are not relayed (and indeed they are not)."""
     ob = Outbox(pg)
     before = ob.one("auto.before")
@@ -647,7 +649,7 @@ def test_slot_auto_created_with_warning(pg, broker, kafka, relayer):
     r.wait_for_log("created replication slot", timeout=10)
     assert error_line(r.log_text(), "not relayed"), "no warning with 'not relayed':\n" + r.log_tail()
     info = pg.slot_info()
-    assert info["plugin"] == "wal2json" and info["slot_type"] == "logical"
+    assert info["plugin"] == harness.plugin() and info["slot_type"] == "logical"
     after = ob.one("auto.after")
     got = kafka.read("auto", expected=1, timeout=60)
     assert [int(m.headers["event_id"]) for m in got] == after.ids
@@ -670,7 +672,7 @@ def test_slot_with_other_plugin_is_fatal(pg, broker, relayer):
     rc = r.wait_exit(30)
     log = r.log_text()
     assert rc not in (0, None) and rc > 0, "rc=%s\n%s" % (rc, log)
-    assert error_line(log, "test_decoding", "wal2json"), log
+    assert error_line(log, "test_decoding", harness.plugin()), log
     assert pg.slot_info()["plugin"] == "test_decoding"
 
 
@@ -678,7 +680,7 @@ def test_slot_active_elsewhere_waits_then_takes_over(pg, broker, kafka, relayer)
     """The slot is in use by another process: the relayer says it is
     waiting, keeps running, and streams once the slot is released —
     including events committed while it waited."""
-    pg.create_slot(SLOT, "wal2json")
+    pg.create_slot(SLOT)
     holder = pg.hold_slot(SLOT)
     r = start_relay(relayer, pg, broker, wait=False)
     r.wait_for_log(r"^(?=.*active)(?=.*waiting).*$", timeout=30, flags=re.IGNORECASE | re.MULTILINE)
@@ -700,6 +702,7 @@ def test_wal_level_replica_is_fatal(pg_factory, broker, relayer):
     assert error_line(r.log_text(), "wal_level"), r.log_text()
 
 
+@pytest.mark.plugins("wal2json")
 def test_wal2json_missing_is_reported(pg_factory, broker, relayer, public_tmp_dir):
     """wal2json cannot be loaded by the server: a clear error naming it;
     no slot is left half-made; if the relayer exits it is a clean non-zero

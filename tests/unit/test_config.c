@@ -40,6 +40,29 @@ static void test_defaults(void)
     CHECK_EQ_INT(c.max_inflight_bytes, 16 * 1024 * 1024);
     CHECK(c.status_interval == 10.0);
     CHECK_EQ_INT(c.command, RELAY_CMD_RUN);
+    CHECK_EQ_INT(c.plugin, PLUGIN_WAL2JSON);
+    CHECK(strcmp(c.publication, "outbox_relay") == 0);
+    config_free(&c);
+}
+
+/* --plugin and --publication: both sources, the words, the name rule. */
+static void test_plugin(void)
+{
+    struct relay_config c;
+    char err[CONFIG_ERRLEN];
+    char *none[] = {NULL};
+    CHECK_EQ_INT(load(&c, none, err, 9, "--dsn", "dbname=d", "--brokers", "k:1", "--plugin",
+                      "pgoutput", "--publication", "orders_pub"), CONFIG_OK);
+    CHECK_EQ_INT(c.plugin, PLUGIN_PGOUTPUT);
+    CHECK(strcmp(c.publication, "orders_pub") == 0);
+    config_free(&c);
+    char *env[] = {"OUTBOX_RELAY_PLUGIN=pgoutput", NULL};
+    CHECK_EQ_INT(load(&c, env, err, 5, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK_EQ_INT(c.plugin, PLUGIN_PGOUTPUT);
+    config_free(&c);
+    CHECK_EQ_INT(load(&c, env, err, 7, "--dsn", "dbname=d", "--brokers", "k:1", "--plugin",
+                      "wal2json"), CONFIG_OK);
+    CHECK_EQ_INT(c.plugin, PLUGIN_WAL2JSON);
     config_free(&c);
 }
 
@@ -151,6 +174,16 @@ static void test_errors(void)
     expect_error("slot name", 7, "--dsn", "dbname=x", "--brokers", "b", "--slot", "bad-name!");
     expect_error("slot name", 7, "--dsn", "dbname=x", "--brokers", "b", "--slot",
                  "x'; DROP TABLE t; --");
+    expect_error("--plugin expects wal2json or pgoutput", 7, "--dsn", "dbname=x", "--brokers", "b", "--plugin",
+                 "decoderbufs");
+    expect_error("--publication \"Orders\" must be", 7, "--dsn", "dbname=x", "--brokers", "b",
+                 "--publication", "Orders");
+    expect_error("--publication", 7, "--dsn", "dbname=x", "--brokers", "b", "--publication",
+                 "p'; DROP TABLE t; --");
+    expect_error("--publication", 7, "--dsn", "dbname=x", "--brokers", "b", "--publication",
+                 "1pub");
+    expect_error("--publication", 7, "--dsn", "dbname=x", "--brokers", "b", "--publication",
+                 "");
     expect_error("--table", 7, "--dsn", "dbname=x", "--brokers", "b", "--table", "a.b.c");
     expect_error("--table", 7, "--dsn", "dbname=x", "--brokers", "b", "--table", "pub\"lic.t");
     expect_error("topic template", 7, "--dsn", "dbname=x", "--brokers", "b", "--topic", "a b");
@@ -273,6 +306,7 @@ int main(void)
 {
     test_defaults();
     test_precedence();
+    test_plugin();
     test_wal_receiver_timeout();
     test_errors();
     test_kafka_guard_rails();
