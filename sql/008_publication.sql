@@ -53,7 +53,7 @@ RETURNS TEXT LANGUAGE plpgsql STABLE AS $$
 DECLARE
     pub RECORD;
     covered BOOLEAN;
-    cols TEXT[];
+    cols NAME[];
 BEGIN
     SELECT * INTO pub FROM pg_publication WHERE pubname = p_pubname;
     IF NOT FOUND THEN

@@ -273,6 +273,17 @@ done:
     return rc;
 }
 
+const char *slot_package_for(const char *package, int server_version, char *buf, size_t cap)
+{
+    const char *at = strstr(package, "<version>");
+    if (at == NULL || server_version < 100000)
+        snprintf(buf, cap, "%s", package);
+    else
+        snprintf(buf, cap, "%.*s%d%s", (int) (at - package), package, server_version / 10000,
+                 at + strlen("<version>"));
+    return buf;
+}
+
 bool slot_plugin_missing(const char *plugin, const char *msg)
 {
     return strstr(msg, "could not access file") != NULL ||
@@ -348,10 +359,12 @@ static int create_new(struct slot *s)
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         char msg[SLOT_MSGLEN];
         pgconn_error(s->conn, msg, sizeof msg);
+        char pkg[128];
         if (slot_plugin_missing(s->plugin, msg))
             rc = fail(s, STREAM_FATAL, "slot=%s: the %s output plugin is not installed "
-                      "on the server (install %s): %s", s->name, s->plugin, s->plugin_package,
-                      msg);
+                      "on the server (install %s): %s", s->name, s->plugin,
+                      slot_package_for(s->plugin_package, PQserverVersion(s->conn), pkg,
+                                       sizeof pkg), msg);
         else if (strstr(msg, "already exists"))
             rc = fail(s, STREAM_BUSY, "slot=%s was created concurrently by another process; "
                       "waiting", s->name);

@@ -260,10 +260,12 @@ static int start_replication(struct stream *s, lsn_t start)
     if (strstr(msg, "is active for PID"))
         return fail(s, STREAM_BUSY, "slot=%s is active for another process; waiting (another "
                     "relayer may own it): %s", s->slot, msg);
+    char pkg[128];
     if (slot_plugin_missing(decoder_plugin(s->decoder), msg))
         return fail(s, STREAM_FATAL, "slot=%s: the %s output plugin cannot be loaded on the "
-                    "server (install %s): %s", s->slot, decoder_plugin(s->decoder), decoder_package(s->decoder),
-                    msg);
+                    "server (install %s): %s", s->slot, decoder_plugin(s->decoder),
+                    slot_package_for(decoder_package(s->decoder), PQserverVersion(s->conn), pkg,
+                                     sizeof pkg), msg);
     if (strstr(msg, "can no longer get changes") || strstr(msg, "invalidated"))
         return fail(s, STREAM_FATAL, "slot=%s was invalidated (max_slot_wal_keep_size?): "
                     "events may have been lost; drop the slot and start again: %s", s->slot,

@@ -86,6 +86,11 @@ int slot_check_backfill_marker(struct slot *s);
 /* Whether msg (a server error) says the plugin cannot be loaded. Pure. */
 bool slot_plugin_missing(const char *plugin, const char *msg);
 
+/* The package to install (decoder_package(): "postgresql-<version>-wal2json")
+ * with <version> replaced by the major version of a server of
+ * server_version (PQserverVersion), into buf. Pure. Returns buf. */
+const char *slot_package_for(const char *package, int server_version, char *buf, size_t cap);
+
 /* Builds the CREATE_REPLICATION_SLOT command for a server of
  * server_version (PQserverVersion) into buf (capacity cap). Pure; exposed
  * for tests. Returns the length or -1 when buf is too small. */

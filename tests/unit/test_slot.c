@@ -47,9 +47,21 @@ static void test_plugin_missing(void)
     CHECK(!slot_plugin_missing("pgoutput", "\"wal2json.so\": No such file or directory"));
 }
 
+static void test_package_for(void)
+{
+    char buf[128];
+    CHECK(strcmp(slot_package_for("postgresql-<version>-wal2json", 150004, buf, sizeof buf),
+                 "postgresql-15-wal2json") == 0);
+    CHECK(strcmp(slot_package_for("postgresql-<version>-wal2json", 170000, buf, sizeof buf),
+                 "postgresql-17-wal2json") == 0);
+    CHECK(strcmp(slot_package_for("none: built in", 150004, buf, sizeof buf),
+                 "none: built in") == 0);
+}
+
 int main(void)
 {
     test_create_command();
     test_plugin_missing();
+    test_package_for();
     CHECK_DONE();
 }
