@@ -57,3 +57,13 @@ int decoder_member(struct decoder *d, const struct decoder_record *rec,
         return PARTITION_NO;
     return d->ops->member(d, rec, pm, err, errlen);
 }
+
+int decoder_describe(struct decoder *d, const struct decoder_record *rec, const char **out,
+                     size_t *len)
+{
+    *out = rec->data;
+    *len = rec->data_len;
+    if (d->ops->describe == NULL)
+        return 0;
+    return d->ops->describe(d, rec, out, len);
+}

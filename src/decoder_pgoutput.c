@@ -32,6 +32,7 @@ struct decoder_pgo {
     struct pgo_parser parser;
     struct pgo_msg msg;     /* the last frame's */
     struct w2j_scratch scratch;
+    struct w2j_scratch described; /* decoder_describe()'s text */
     bool in_tx;
     uint32_t xid;           /* of the open transaction */
     int64_t commit_pg_us;   /* its commit time, PostgreSQL's epoch */
@@ -262,11 +263,105 @@ static int pgo_start_options(const struct decoder_slot *slot, char *buf, size_t 
     return n;
 }
 
+/* A text writer that only counts while buf is NULL (the first of two
+ * passes: the size, then the bytes). */
+struct text {
+    char *buf;
+    size_t len;
+};
+
+static void put(struct text *t, const char *s, size_t n)
+{
+    if (t->buf != NULL)
+        memcpy(t->buf + t->len, s, n);
+    t->len += n;
+}
+
+static void put_str(struct text *t, const char *s)
+{
+    put(t, s, strlen(s));
+}
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped, the
+ * rest (PostgreSQL's text, UTF-8 in a UTF-8 database) as is. */
+static void put_json(struct text *t, const char *s, size_t n)
+{
+    put(t, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char) s[i];
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char) c;
+            put(t, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            put(t, esc, 6);
+        } else {
+            put(t, (const char *) &s[i], 1);
+        }
+    }
+    put(t, "\"", 1);
+}
+
+static void describe_frame(const struct pgo_msg *m, struct text *t)
+{
+    char num[32];
+    if (m->type == 'M') {
+        put_str(t, "{\"action\":\"M\",\"transactional\":");
+        put_str(t, m->transactional ? "true" : "false");
+        put_str(t, ",\"prefix\":");
+        put_json(t, m->prefix.ptr, m->prefix.len);
+        put_str(t, ",\"content\":");
+        put_json(t, m->content.ptr, m->content.len);
+        put_str(t, "}");
+        return;
+    }
+    put_str(t, "{\"action\":\"I\",\"schema\":");
+    put_json(t, m->rel->nspname, m->rel->nspname_len);
+    put_str(t, ",\"table\":");
+    put_json(t, m->rel->relname, m->rel->relname_len);
+    put_str(t, ",\"columns\":[");
+    for (size_t i = 0; i < m->nvalues && i < m->rel->ncolumns; i++) {
+        const struct pgo_column *c = &m->rel->columns[i];
+        const struct pgo_value *v = &m->values[i];
+        put_str(t, i ? ",{\"name\":" : "{\"name\":");
+        put_json(t, c->name, c->name_len);
+        snprintf(num, sizeof num, ",\"typeoid\":%" PRIu32 ",\"value\":", c->type_oid);
+        put_str(t, num);
+        if (v->kind == 't')
+            put_json(t, v->ptr, v->len);
+        else
+            put_str(t, v->kind == 'u' ? "null,\"unchanged_toast\":true" : "null");
+        put_str(t, "}");
+    }
+    put_str(t, "]}");
+}
+
+static int pgo_describe(struct decoder *d, const struct decoder_record *rec, const char **out,
+                        size_t *len)
+{
+    struct decoder_pgo *g = (struct decoder_pgo *) d;
+    (void) rec; /* the record of the last frame, which g->msg holds */
+    if (g->msg.type != 'I' && g->msg.type != 'M')
+        return 0;
+    struct text t = {NULL, 0};
+    describe_frame(&g->msg, &t);
+    if (outbox_scratch_reserve(&g->described, t.len) < 0)
+        return -1;
+    t = (struct text){g->described.buf, 0};
+    describe_frame(&g->msg, &t);
+    *out = t.buf;
+    *len = t.len;
+    return 0;
+}
+
 static void pgo_free(struct decoder *d)
 {
     struct decoder_pgo *g = (struct decoder_pgo *) d;
     pgo_parser_free(&g->parser);
     w2j_scratch_free(&g->scratch);
+    w2j_scratch_free(&g->described);
     free(g);
 }
 
@@ -278,6 +373,7 @@ static const struct decoder_ops PGO_OPS = {
     .decode = pgo_decode,
     .event = pgo_event,
     .member = NULL,
+    .describe = pgo_describe,
     .free = pgo_free,
 };
 

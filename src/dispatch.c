@@ -76,7 +76,10 @@ static int undecodable(struct dispatch *d, uint64_t token, const struct decoder_
     if (d->opts.dead_letter) {
         char id[40];
         snprintf(id, sizeof id, "lsn-" LSN_FMT, LSN_ARGS(rec->wal_start));
-        if (d->ops.dead_letter(d->ops.ctx, token, rec->wal_start, id, rec->data, rec->data_len,
+        const char *value;
+        size_t value_len;
+        decoder_describe(d->decoder, rec, &value, &value_len); /* else the raw frame */
+        if (d->ops.dead_letter(d->ops.ctx, token, rec->wal_start, id, value, value_len,
                                why) >= 0)
             return DISPATCH_OK;
     }

@@ -98,6 +98,10 @@ struct decoder_ops {
      * table, so a foreign name is never a member (PARTITION_NO). */
     int (*member)(struct decoder *d, const struct decoder_record *rec,
                   struct partition_map *pm, char *err, size_t errlen);
+    /* See decoder_describe(). NULL: the frame is text a person can read
+     * (wal2json's JSON line) and is its own description. */
+    int (*describe)(struct decoder *d, const struct decoder_record *rec, const char **out,
+                    size_t *len);
     void (*free)(struct decoder *d);
 };
 
@@ -117,6 +121,15 @@ struct decoder *decoder_w2j_new(void);
 struct decoder *decoder_pgoutput_new(void);
 
 void decoder_free(struct decoder *d);
+
+/* The last decoded frame (rec) as text a person can read, for the value of
+ * a dead letter: wal2json's line as is; pgoutput's binary frame in the
+ * shape of a wal2json format-version 2 line ({"action":"I","schema":…,
+ * "columns":[{"name","typeoid","value"}…]} or {"action":"M","transactional",
+ * "prefix","content"}). *out lives until the next decoder_decode(). Returns
+ * 0, or -1 (out of memory: *out is then the raw frame). */
+int decoder_describe(struct decoder *d, const struct decoder_record *rec, const char **out,
+                     size_t *len);
 
 /* The output plugin's name ("wal2json"). Static storage. */
 const char *decoder_plugin(const struct decoder *d);

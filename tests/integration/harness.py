@@ -396,6 +396,13 @@ class PgCluster:
             if os.path.basename(f) != self.PUBLICATION_SQL:
                 self.load_sql(f)
 
+    def prepare_for_unprivileged_relayer(self):
+        """What the table's owner does for a relayer role that is not the
+        owner (docs/operations.md): with pgoutput, create the publication
+        (sql/008_publication.sql); nothing for wal2json."""
+        if plugin() == "pgoutput":
+            self.load_sql(os.path.join(REPO_ROOT, "sql", self.PUBLICATION_SQL))
+
     def load_sql(self, f):
         with open(f) as fh:
             self.query(fh.read())
@@ -418,8 +425,7 @@ class PgCluster:
             self.query(S.SQL("GRANT USAGE ON SCHEMA public TO {0}; "
                              "GRANT SELECT, DELETE ON public.events_outbox TO {0}")
                        .format(S.Identifier(name)))
-            if plugin() == "pgoutput":  # the owner's step for a role that may not create it
-                self.load_sql(os.path.join(REPO_ROOT, "sql", self.PUBLICATION_SQL))
+            self.prepare_for_unprivileged_relayer()
 
     # -- WAL and slots -----------------------------------------------------
 

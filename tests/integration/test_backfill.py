@@ -39,6 +39,8 @@ import pytest
 
 import harness
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 TOTAL = 120000
 DISPATCHED = 60000  # ids 1..60000 were dispatched by the poller
 AGGREGATES = 500

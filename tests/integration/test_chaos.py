@@ -65,6 +65,8 @@ import pytest
 import harness
 from harness import wait_until
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 SLOT = "outbox_relay"
 TOPICS = ("chaosa", "chaosb")
 PRODUCERS = 4

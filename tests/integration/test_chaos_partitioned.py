@@ -64,6 +64,8 @@ from test_backfill import marker
 from test_chaos import SLOT, TOPICS, Supervisor, read_to_end
 from test_partitions import load_partitioned_layout
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 AGGREGATES = 16
 BACKLOG = 48000            # seeded rows, BACKLOG / AGGREGATES per aggregate
 DISPATCHED = 8000          # the first ids, dispatched by a poller before

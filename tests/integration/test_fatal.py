@@ -31,6 +31,8 @@ from harness import wait_until
 from test_poison import (DLQ, SLOT, Outbox, assert_not_confirmed, by_event_id, log_lines,
                          read_ids, start_relay, wait_confirmed, wait_streaming)
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 
 def fatal_line(r, *words):
     """The first error line containing every word (case-insensitive)."""

@@ -17,6 +17,8 @@ import pytest
 
 import harness
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 
 Producers = harness.Producers
 

@@ -33,6 +33,8 @@ import pytest
 import harness
 from harness import wait_until
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 SLOT = "outbox_relay"
 TOPIC = "order"
 

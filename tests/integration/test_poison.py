@@ -35,6 +35,8 @@ import pytest
 import harness
 from harness import wait_until
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 SLOT = "outbox_relay"
 DLQ = "outbox.dead-letter"
 OPTS = ["--status-interval", "0.5", "--shutdown-timeout", "5"]

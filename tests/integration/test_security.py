@@ -70,6 +70,8 @@ import harness
 from harness import wait_until
 from test_core import wait_streaming
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 STATUS = "0.5"
 REAP_INTERVAL = 60      # s, --reap-interval's default
 SLOT = "outbox_relay"
@@ -278,6 +280,7 @@ def test_secrets_not_logged_under_stress(pg_factory, broker, kafka, relayer, var
     pg = pg_factory(password_auth="scram-sha-256", name="secrets")
     pg.query("CREATE ROLE relay_pw LOGIN REPLICATION PASSWORD %s", (PG_SECRET,))
     pg.query("GRANT SELECT, DELETE ON public.events_outbox TO relay_pw")
+    pg.prepare_for_unprivileged_relayer()
     password = PG_WRONG if variant.startswith("wrong") else PG_SECRET
     if variant.startswith("uri"):
         dsn = "postgresql://relay_pw:%s@127.0.0.1:%d/postgres?application_name=x" % (
@@ -470,6 +473,7 @@ def test_config_file_permissions_warning_in_a_real_run(pg_factory, broker, kafka
     pg = pg_factory(password_auth="scram-sha-256", name="conf")
     pg.query("CREATE ROLE relay_conf LOGIN REPLICATION PASSWORD %s", (PG_SECRET,))
     pg.query("GRANT SELECT, DELETE ON public.events_outbox TO relay_conf")
+    pg.prepare_for_unprivileged_relayer()
     path = tmp_path / "relay.conf"
     path.write_text("dsn = host=127.0.0.1 port=%d dbname=postgres user=relay_conf password=%s\n"
                     "brokers = %s\nstatus-interval = %s\n"
@@ -692,6 +696,7 @@ def test_least_privilege_role(cluster_factory, broker, kafka, relayer, tuning):
              "INSERT INTO public.orders (amount) VALUES (100)")
     with open(os.path.join(harness.REPO_ROOT, "sql", "003_relay_role.sql")) as f:
         pg.query(f.read())  # idempotent: loading it again changes nothing
+    pg.prepare_for_unprivileged_relayer()  # pgoutput: the owner creates the publication
 
     dsn = pg.dsn(user="outbox_relay", password=RELAY_PASSWORD)
     r = relayer("--dsn", dsn, "--brokers", broker.bootstrap, "--retention", "1 second",

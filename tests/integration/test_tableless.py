@@ -32,6 +32,8 @@ import pytest
 
 import harness
 
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
 ENV_AGG = "7d0c6a52-0000-4000-8000-0000000000%02d"
 
 
@@ -159,7 +161,8 @@ def test_undecodable_envelope_is_poison(pg, broker, kafka, relayer, relay_args):
     got = kafka.read("label", expected=1, timeout=30)
     assert [m.headers["event_id"] for m in got] == [m_id(good)]
     dead = kafka.read("outbox.dead-letter", expected=1, timeout=30)
-    # The dead letter carries the undecodable change as wal2json gave it.
+    # The dead letter carries the undecodable change as wal2json gives it
+    # (pgoutput: its frame in the same shape, decoder_describe()).
     assert len(dead) == 1 and json.loads(dead[0].value)["content"] == "not an envelope"
     assert "envelope" in dead[0].headers.get("error", "")
     assert rel.terminate(30) == 0

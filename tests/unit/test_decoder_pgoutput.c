@@ -204,6 +204,84 @@ static void test_partitioned(void)
     decoder_free(d);
 }
 
+/* A dead letter's value: pgoutput's binary frame in wal2json's shape, with
+ * no raw control byte; wal2json's line is its own description. */
+static void test_describe(void)
+{
+    struct pgo_frames fr = pgo_load("outbox.frames");
+    struct decoder *d = decoder_pgoutput_new();
+    char err[DECODER_ERRLEN];
+    size_t inserts = 0, messages = 0, null_type = 0;
+    for (size_t i = 0; i < fr.n; i++) {
+        struct decoder_record rec;
+        CHECK_EQ_INT(decoder_decode(d, fr.f[i].data, fr.f[i].len, fr.f[i].wal_start, &rec, err,
+                                    sizeof err), 0);
+        const char *out;
+        size_t len;
+        CHECK_EQ_INT(decoder_describe(d, &rec, &out, &len), 0);
+        if (rec.kind != DECODER_INSERT && rec.kind != DECODER_MESSAGE) {
+            CHECK(out == fr.f[i].data && len == fr.f[i].len);
+            continue;
+        }
+        char *text = dup_span(out, len);
+        for (size_t k = 0; k < len; k++)
+            CHECK((unsigned char) text[k] >= 0x20);
+        CHECK(text[0] == '{' && text[len - 1] == '}');
+        if (rec.kind == DECODER_INSERT) {
+            CHECK(strstr(text, "{\"action\":\"I\",\"schema\":\"public\",\"table\":\"") == text);
+            inserts += strstr(text, "\"table\":\"events_outbox\",\"columns\":[{\"name\":\"id\","
+                                    "\"typeoid\":20,\"value\":\"") != NULL;
+            null_type += strstr(text, "{\"name\":\"type\",\"typeoid\":25,\"value\":null}") != NULL;
+        } else {
+            messages++;
+            CHECK(strstr(text, "{\"action\":\"M\",\"transactional\":") == text);
+            CHECK(strstr(text, ",\"prefix\":\"") != NULL && strstr(text, ",\"content\":\"") != NULL);
+        }
+        free(text);
+    }
+    CHECK_EQ_INT(inserts, 9);  /* the fixture's outbox rows with id first */
+    CHECK_EQ_INT(messages, 4); /* with the foreign and non-transactional ones */
+    CHECK_EQ_INT(null_type, 1);
+    decoder_free(d);
+    pgo_frames_free(&fr);
+
+    struct decoder *w = decoder_w2j_new();
+    const char line[] = "{\"action\":\"B\"}";
+    struct decoder_record rec = {.data = line, .data_len = sizeof line - 1};
+    const char *out;
+    size_t len;
+    CHECK_EQ_INT(decoder_describe(w, &rec, &out, &len), 0);
+    CHECK(out == line && len == sizeof line - 1);
+    decoder_free(w);
+}
+
+/* Quotes, backslashes and control bytes in a value are escaped. */
+static void test_describe_escapes(void)
+{
+    /* Relation 16384 public.t (one text column "v"), then an Insert of
+     * a"b\<newline><0x01> into it. */
+    static const char rel[] = "R\x00\x00\x40\x00" "public\0" "t\0" "d\x00\x01"
+                              "\x00" "v\0" "\x00\x00\x00\x19" "\xff\xff\xff\xff";
+    static const char ins[] = "I\x00\x00\x40\x00" "N\x00\x01" "t\x00\x00\x00\x05"
+                              "a\"b\\\n";
+    struct decoder *d = decoder_pgoutput_new();
+    struct decoder_record rec;
+    char err[DECODER_ERRLEN];
+    CHECK_EQ_INT(decoder_decode(d, rel, sizeof rel - 1, 0, &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(decoder_decode(d, ins, sizeof ins - 1, 0x100, &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(rec.kind, DECODER_INSERT);
+    const char *out;
+    size_t len;
+    CHECK_EQ_INT(decoder_describe(d, &rec, &out, &len), 0);
+    static const char want[] = "{\"action\":\"I\",\"schema\":\"public\",\"table\":\"t\","
+                               "\"columns\":[{\"name\":\"v\",\"typeoid\":25,"
+                               "\"value\":\"a\\\"b\\\\\\u000a\"}]}";
+    CHECK(len == sizeof want - 1 && memcmp(out, want, len) == 0);
+    if (len != sizeof want - 1 || memcmp(out, want, len) != 0)
+        fprintf(stderr, "got %.*s\n", (int) len, out);
+    decoder_free(d);
+}
+
 static void test_options(void)
 {
     struct decoder *d = decoder_pgoutput_new();
@@ -243,6 +321,8 @@ static void test_options(void)
 
 int main(void)
 {
+    test_describe();
+    test_describe_escapes();
     test_same_as_wal2json();
     test_partitioned();
     test_options();
