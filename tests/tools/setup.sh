@@ -22,6 +22,7 @@ packages=(
     kcat procps openssl
     clang libclang-rt-14-dev
     python3 python3-pytest python3-pytest-xdist python3-psycopg2 python3-confluent-kafka python3-yaml
+    prometheus systemd man-db
 )
 
 if [ -z "${OUTBOX_SKIP_APT:-}" ]; then
