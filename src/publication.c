@@ -19,6 +19,7 @@
 #define PUB_SQLLEN 1024
 #define SQLSTATE_INSUFFICIENT_PRIVILEGE "42501"
 #define SQLSTATE_DUPLICATE_OBJECT "42710"
+#define SQLSTATE_UNIQUE_VIOLATION "23505" /* two creators at once: the catalog's index */
 
 static int fail(struct slot *s, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -192,7 +193,8 @@ static int create(struct slot *s, const char *name, bool partitioned)
     char msg[PUB_MSGLEN];
     error_text(s, res, msg, sizeof msg);
     int rc;
-    if (state != NULL && strcmp(state, SQLSTATE_DUPLICATE_OBJECT) == 0) {
+    if (state != NULL && (strcmp(state, SQLSTATE_DUPLICATE_OBJECT) == 0 ||
+                          strcmp(state, SQLSTATE_UNIQUE_VIOLATION) == 0)) {
         rc = check(s, name, partitioned, false, false); /* another relayer made it just now */
     } else if (state != NULL && strcmp(state, SQLSTATE_INSUFFICIENT_PRIVILEGE) == 0) {
         rc = fail(s, STREAM_FATAL, "slot=%s: publication %s does not exist and this role may "

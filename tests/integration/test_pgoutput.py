@@ -25,6 +25,10 @@ conftest.py's `plugin` fixture.)
       DROP PUBLICATION under a running relayer: it stops (exit 1) at the
       first change it cannot decode, having confirmed nothing past it; a
       restart refuses the slot without its publication
+  test_publication_created_concurrently
+      another session creates the publication between the relayer's look
+      and its CREATE (two replicas starting at once): the relayer takes the
+      other's and streams
   test_publication_guard
       sql/008's optional guard makes DDL that would break the publication
       fail
@@ -235,6 +239,26 @@ def test_publication_dropped_while_streaming(pg, broker, kafka, relayer):
     assert [int(m.headers["event_id"]) for m in got] == first
     r = start(relayer, pg, broker, "--plugin", "pgoutput", wait=False)
     exits_with(r, "exists but its publication outbox_relay does not")
+
+
+def test_publication_created_concurrently(pg, broker, kafka, relayer):
+    other = pg.connect(autocommit=False)
+    cur = other.cursor()
+    cur.execute("CREATE PUBLICATION outbox_relay FOR TABLE events_outbox "
+                "WITH (publish = 'insert', publish_via_partition_root = true)")
+    r = start(relayer, pg, broker, "--plugin", "pgoutput", wait=False)
+    # The relayer's CREATE waits on the uncommitted one's catalog row.
+    wait_until(lambda: pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
+                                 "= 'Lock' AND query LIKE 'CREATE PUBLICATION%%'"), 30,
+               message="the relayer's CREATE PUBLICATION to wait")
+    other.commit()
+    r.wait_for_log(r"streaming public\.events_outbox", timeout=30)
+    ids = insert(pg, [(uuid.uuid4(), "order.placed", "{}")])
+    got = kafka.read("order", expected=1, timeout=60)
+    assert [int(m.headers["event_id"]) for m in got] == ids
+    assert "created publication" not in r.log_text()
+    assert r.terminate() == 0
+    other.close()
 
 
 def test_publication_guard(pg):
