@@ -36,6 +36,9 @@ struct backfill {
     bool locked;
     bool schema_ok; /* the backfill columns exist */
     char errstr[BACKFILL_ERRLEN];
+    /* During backfill_run: its progress and sink (backfill_progress_tick). */
+    const struct backfill_sink *sink;
+    struct progress pr;
 };
 
 /* What the marker row says. */
@@ -464,6 +467,12 @@ static void note_progress(const struct backfill_sink *sink, struct progress *pr)
         sink->progress(sink->ctx, pr, true);
 }
 
+void backfill_progress_tick(struct backfill *b)
+{
+    if (b->sink != NULL)
+        note_progress(b->sink, &b->pr);
+}
+
 int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
                  const struct backfill_sink *sink, uint64_t *rows)
 {
@@ -471,7 +480,7 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
     PGresult *res = NULL;
     char *qschema = NULL, *qtable = NULL, *lit = NULL;
     struct backfill_progress q = {0};
-    struct progress pr;
+    struct progress *pr = &b->pr;
     struct marker m;
     char sql[1024], err[512], done_id[ID_MAX] = "";
     uint64_t n = 0;
@@ -566,8 +575,9 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
         expected = rowcount_bounded(conn, sql, m.has_done ? 2 : 1, pc, &exact);
     }
     snprintf(err, sizeof err, "slot=%s: backfill", b->slot);
-    progress_start(&pr, err, expected, exact, PROGRESS_INTERVAL, false, mono_now());
-    note_progress(sink, &pr);
+    progress_start(pr, err, expected, exact, PROGRESS_INTERVAL, false, mono_now());
+    b->sink = sink;
+    note_progress(sink, pr);
     if (!m.has_max)
         goto finish; /* nothing pending */
 
@@ -605,7 +615,7 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
             backfill_progress_note(&q, n, PQgetvalue(res, got - 1, 0));
         PQclear(res);
         res = NULL;
-        note_progress(sink, &pr);
+        note_progress(sink, pr);
         if (backfill_progress_done(&q, sink->acked(sink->ctx), done_id) &&
             mono_now() - last_write >= PROGRESS_EVERY) {
             uint64_t acked = sink->acked(sink->ctx);
@@ -626,7 +636,7 @@ finish:
                       (unsigned long long) n);
             goto done;
         }
-        note_progress(sink, &pr);
+        note_progress(sink, pr);
         if (backfill_progress_done(&q, sink->acked(sink->ctx), done_id) &&
             mono_now() - last_write >= PROGRESS_EVERY) {
             if ((rc = write_progress(b, done_id, m.rows + sink->acked(sink->ctx))) !=
@@ -652,12 +662,13 @@ finish:
     PQclear(res);
     res = NULL;
     *rows = n;
-    progress_update(&pr, n, mono_now());
-    log_info("%s", progress_final_line(&pr, err, sizeof err));
+    progress_update(pr, n, mono_now());
+    log_info("%s", progress_final_line(pr, err, sizeof err));
     if (sink->progress != NULL)
-        sink->progress(sink->ctx, &pr, false);
+        sink->progress(sink->ctx, pr, false);
     rc = BACKFILL_OK;
 done:
+    b->sink = NULL;
     PQclear(res);
     backfill_progress_free(&q);
     PQfreemem(qschema);

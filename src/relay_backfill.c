@@ -22,8 +22,10 @@
 static int backfill_emit(void *ctx, const struct outbox_event *ev, uint64_t n)
 {
     struct relay *r = ctx;
-    while (!relay_window_open(r) && !*r->stop && !r->fatal && !r->bf_retry)
+    while (!relay_window_open(r) && !*r->stop && !r->fatal && !r->bf_retry) {
         relay_serve(r, 100);
+        backfill_progress_tick(r->backfill);
+    }
     if (*r->stop || r->fatal || r->bf_retry)
         return -1;
     uint64_t token = tracker_add_single(r->bf_tracker, r->bf_base + n);

@@ -187,6 +187,12 @@ int backfill_abandon(struct backfill *b);
 int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
                  const struct backfill_sink *sink, uint64_t *rows);
 
+/* Called by the sink while emit waits (a closed window, a slow broker):
+ * logs a progress line when one is due and updates the gauges, so that
+ * the lines keep their beat however long one row waits. Does nothing
+ * outside backfill_run. */
+void backfill_progress_tick(struct backfill *b);
+
 /* The last error, with the slot's name. Valid until the next call. */
 const char *backfill_errstr(const struct backfill *b);
 
