@@ -180,8 +180,8 @@ int backfill_abandon(struct backfill *b);
  * reason in backfill_errstr().
  *
  * Progress: the rows of this run are counted once at its start, in its
- * snapshot (rowcount.h: an exact count within 2 s, else the planner's
- * estimate); a line "slot=S: backfill: D of T rows (P %), R rows/s, about
+ * snapshot (rowcount.h: exact up to ROWCOUNT_MAX rows, else the
+ * planner's estimate); a line "slot=S: backfill: D of T rows (P %), R rows/s, about
  * L left" is logged at the start, every PROGRESS_INTERVAL s, and a
  * "finished" line at the end. */
 int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,

@@ -44,7 +44,7 @@
  * the partition is tried again next run.)
  *
  * Progress: once it is about to delete, a run counts the expired rows
- * (rowcount.h: exactly within 2 s, else the planner's estimate; rows held
+ * (rowcount.h: exact up to ROWCOUNT_MAX, else the planner's estimate; rows held
  * back by a lagging slot are counted too, so a run may end below it). A
  * run that lasts longer than PROGRESS_INTERVAL logs "reaper: D of T rows
  * (P %), R rows/s, about L left" every PROGRESS_INTERVAL s and a
