@@ -18,6 +18,8 @@
 #include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/progress.h"
+#include "outbox_relay/rowcount.h"
 
 #define BACKFILL_FETCH 1000
 #define BACKFILL_ERRLEN 1024
@@ -34,6 +36,9 @@ struct backfill {
     bool locked;
     bool schema_ok; /* the backfill columns exist */
     char errstr[BACKFILL_ERRLEN];
+    /* During backfill_run: its progress and sink (backfill_progress_tick). */
+    const struct backfill_sink *sink;
+    struct progress pr;
 };
 
 /* What the marker row says. */
@@ -451,6 +456,23 @@ static int write_running(struct backfill *b, const struct marker *m, lsn_t consi
     return BACKFILL_OK;
 }
 
+/* Logs a progress line when one is due, and hands the numbers to the
+ * sink's gauges. */
+static void note_progress(const struct backfill_sink *sink, struct progress *pr)
+{
+    char line[512];
+    if (progress_update(pr, sink->acked(sink->ctx), mono_now()))
+        log_info("%s", progress_line(pr, line, sizeof line));
+    if (sink->progress != NULL)
+        sink->progress(sink->ctx, pr, true);
+}
+
+void backfill_progress_tick(struct backfill *b)
+{
+    if (b->sink != NULL)
+        note_progress(b->sink, &b->pr);
+}
+
 int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
                  const struct backfill_sink *sink, uint64_t *rows)
 {
@@ -458,6 +480,7 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
     PGresult *res = NULL;
     char *qschema = NULL, *qtable = NULL, *lit = NULL;
     struct backfill_progress q = {0};
+    struct progress *pr = &b->pr;
     struct marker m;
     char sql[1024], err[512], done_id[ID_MAX] = "";
     uint64_t n = 0;
@@ -542,10 +565,22 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
                  "%s%s < id <= %s (%llu rows acknowledged before)", b->slot, pending,
                  m.has_done ? m.done_id : "", m.has_done ? "" : "-inf",
                  m.has_max ? m.max_id : "(none)", m.rows);
+    /* What this run has to publish, for the progress lines. */
+    const char *pc[] = {m.max_id, m.done_id};
+    int64_t expected = 0;
+    bool exact = true;
+    if (m.has_max) {
+        snprintf(sql, sizeof sql, "SELECT 1 FROM %s.%s o WHERE %s AND o.id <= $1 %s", qschema,
+                 qtable, pending, m.has_done ? "AND o.id > $2" : "");
+        expected = rowcount_bounded(conn, sql, m.has_done ? 2 : 1, pc, &exact);
+    }
+    snprintf(err, sizeof err, "slot=%s: backfill", b->slot);
+    progress_start(pr, err, expected, exact, PROGRESS_INTERVAL, false, mono_now());
+    b->sink = sink;
+    note_progress(sink, pr);
     if (!m.has_max)
         goto finish; /* nothing pending */
 
-    const char *pc[] = {m.max_id, m.done_id};
     snprintf(sql, sizeof sql,
              "DECLARE outbox_backfill NO SCROLL CURSOR FOR "
              "SELECT o.id::text, o.aggregate_id::text, o.type, o.payload::text, "
@@ -580,6 +615,7 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
             backfill_progress_note(&q, n, PQgetvalue(res, got - 1, 0));
         PQclear(res);
         res = NULL;
+        note_progress(sink, pr);
         if (backfill_progress_done(&q, sink->acked(sink->ctx), done_id) &&
             mono_now() - last_write >= PROGRESS_EVERY) {
             uint64_t acked = sink->acked(sink->ctx);
@@ -600,6 +636,7 @@ finish:
                       (unsigned long long) n);
             goto done;
         }
+        note_progress(sink, pr);
         if (backfill_progress_done(&q, sink->acked(sink->ctx), done_id) &&
             mono_now() - last_write >= PROGRESS_EVERY) {
             if ((rc = write_progress(b, done_id, m.rows + sink->acked(sink->ctx))) !=
@@ -625,8 +662,13 @@ finish:
     PQclear(res);
     res = NULL;
     *rows = n;
+    progress_update(pr, n, mono_now());
+    log_info("%s", progress_final_line(pr, err, sizeof err));
+    if (sink->progress != NULL)
+        sink->progress(sink->ctx, pr, false);
     rc = BACKFILL_OK;
 done:
+    b->sink = NULL;
     PQclear(res);
     backfill_progress_free(&q);
     PQfreemem(qschema);

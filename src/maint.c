@@ -306,7 +306,7 @@ static int reap(struct maint *mt)
                                 .batch = cfg->reap_batch, .pause = cfg->reap_pause,
                                 .confirm_wait = REAPER_CONFIRM_WAIT,
                                 .should_stop = reaper_should_stop, .tick = reaper_tick,
-                                .stop_arg = mt};
+                                .stop_arg = mt, .metrics = mt->m};
     struct reaper_result res;
     char err[REAPER_ERRLEN];
     reap_progress(mt, PQsocket(mt->conn));

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "outbox_relay/progress.h"
+
 /* Upper bounds (seconds) of the commit-to-delivery latency buckets: 1 ms to
  * 60 s, roughly 1-2.5-5 per decade. +Inf is implicit. */
 static const double latency_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -92,7 +94,19 @@ struct metrics {
     uint64_t reaped_rows, reap_batches, reap_runs;
     double reap_seconds;
     double reaped_at; /* unix seconds, 0 = never */
+
+    struct work {
+        bool known, active;
+        uint64_t done;
+        int64_t expected; /* < 0 unknown */
+        double rate, left; /* < 0 unknown */
+    } work[METRICS_WORKS];
 };
+
+/* Series name prefixes and what the work is, per enum metrics_work. */
+static const char *const work_names[] = {"outbox_relay_backfill", "outbox_relay_reaper_run"};
+static const char *const work_what[] = {"the backfill (--backfill pending)",
+                                        "the current reaper run"};
 
 static double wall_now(void)
 {
@@ -333,6 +347,24 @@ void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double s
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_set_progress(struct metrics *m, enum metrics_work w, const struct progress *p,
+                          bool active)
+{
+    if (m == NULL || p == NULL || w < 0 || w >= METRICS_WORKS)
+        return;
+    struct work v = {.known = true, .active = active, .done = p->done, .expected = p->total,
+                     .rate = progress_rate(p), .left = progress_left(p)};
+    if (!active) {
+        double e = progress_elapsed(p);
+        v.expected = (int64_t) p->done;
+        v.left = 0;
+        v.rate = e > 0 ? (double) p->done / e : v.rate;
+    }
+    pthread_mutex_lock(&m->mu);
+    m->work[w] = v;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* ---------------------------------------------------------------------
  * Rendering
  * --------------------------------------------------------------------- */
@@ -488,6 +520,36 @@ static void render_slot(struct buf *b, const struct metrics *m)
     value_d(b, m->slot_polled_at);
 }
 
+/* The gauges of long work: 1 while it runs, rows done, expected, the
+ * rate and the time left; the last three are left out while unknown. */
+static void render_work(struct buf *b, const struct metrics *m)
+{
+    static const char *const suffix[] = {"active", "rows_done", "rows_expected",
+                                         "rows_per_second", "seconds_left"};
+    static const char *const help[] = {
+        "1 while it runs, 0 once it ended (the other series keep its final numbers).",
+        "rows done so far (backfill: delivered; reaper: deleted).",
+        "rows expected at the start: a count, or the planner's estimate on a large table "
+        "(rows done may pass it).",
+        "rows per second over the last 20 s (once ended: over the whole work).",
+        "time left at the current rate."};
+    for (int w = 0; w < METRICS_WORKS; w++) {
+        const struct work *v = &m->work[w];
+        double val[] = {v->active, (double) v->done, (double) v->expected, v->rate, v->left};
+        for (size_t i = 0; v->known && i < sizeof val / sizeof val[0]; i++) {
+            if (val[i] < 0)
+                continue;
+            bprintf(b, "# HELP %s_%s %s: %s\n# TYPE %s_%s gauge\n%s_%s", work_names[w],
+                    suffix[i], work_what[w], help[i], work_names[w], suffix[i], work_names[w],
+                    suffix[i]);
+            if (i == 1)
+                value_u(b, v->done);
+            else
+                value_d(b, val[i]);
+        }
+    }
+}
+
 static void render(struct buf *b, const struct metrics *m)
 {
     header(b, "outbox_relay_build_info", "gauge", "Always 1; the version is in the label.");
@@ -603,6 +665,7 @@ static void render(struct buf *b, const struct metrics *m)
         bprintf(b, "outbox_relay_reaper_last_run_timestamp_seconds");
         value_d(b, m->reaped_at);
     }
+    render_work(b, m);
 }
 
 char *metrics_render(struct metrics *m)

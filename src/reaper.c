@@ -25,8 +25,10 @@
 
 #include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/metrics.h"
 #include "outbox_relay/pgconn.h"
 #include "outbox_relay/reap.h"
+#include "outbox_relay/rowcount.h"
 
 bool reap_stopping(const struct reap *r)
 {
@@ -216,6 +218,45 @@ fail:
     return rc;
 }
 
+void reap_progress_note(struct reap *r)
+{
+    char line[512];
+    if (!r->counting)
+        return;
+    if (progress_update(&r->prog, r->res->rows, mono_now()))
+        log_info("%s", progress_line(&r->prog, line, sizeof line));
+    metrics_set_progress(r->o->metrics, METRICS_WORK_REAPER, &r->prog, true);
+}
+
+/* The deleting starts: how many rows are expired in `table` (quoted),
+ * then the progress from 0. Lines only once it lasts (quiet start). */
+static void progress_begin(struct reap *r, const char *table)
+{
+    char sql[600];
+    const char *params[] = {r->o->retention};
+    bool exact = false;
+    snprintf(sql, sizeof sql, "SELECT 1 FROM %s WHERE created_at < now() - $1::interval",
+             table);
+    int64_t expected = rowcount_bounded(r->conn, sql, 1, params, &exact);
+    progress_start(&r->prog, "reaper", expected, exact, PROGRESS_INTERVAL, true, mono_now());
+    r->counting = true;
+    reap_progress_note(r);
+}
+
+/* The deleting ended (or stopped): the final line if any was said, the
+ * gauges marked ended. */
+static void progress_end(struct reap *r)
+{
+    char line[512];
+    if (!r->counting)
+        return;
+    progress_update(&r->prog, r->res->rows, mono_now());
+    if (progress_reported(&r->prog))
+        log_info("%s", progress_final_line(&r->prog, line, sizeof line));
+    metrics_set_progress(r->o->metrics, METRICS_WORK_REAPER, &r->prog, false);
+    r->counting = false;
+}
+
 /* Deletes expired rows of `table` batch by batch until a short batch. */
 static int reap_rows(struct reap *r, const char *table, bool partitioned)
 {
@@ -237,6 +278,7 @@ static int reap_rows(struct reap *r, const char *table, bool partitioned)
         if (n > 0) {
             r->res->rows += (uint64_t) n;
             r->res->batches++;
+            reap_progress_note(r);
         }
         if (n < r->o->batch)
             return REAPER_OK;
@@ -441,6 +483,7 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
     rc = REAPER_OK;
     if (res->have_mark && !reap_stopping(&r)) {
         snprintf(r.mark_x, sizeof r.mark_x, "%llu", (unsigned long long) res->used.xmin);
+        progress_begin(&r, qtable);
         if (partitioned && by_created_at) {
             rc = reap_drop_expired_partitions(&r, oid, defoid);
             /* Rows that landed in the DEFAULT partition (no partition
@@ -451,6 +494,7 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
         } else {
             rc = reap_rows(&r, qtable, partitioned);
         }
+        progress_end(&r);
     }
     if (rc == REAPER_OK && res->lagging && !res->held_back && !reap_stopping(&r)) {
         bool left = true;

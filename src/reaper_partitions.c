@@ -100,6 +100,7 @@ static int drop_partition(struct reap *r, const char *qpart, const char *parent_
     r->res->partitions++;
     r->res->batches++;
     r->res->rows += (uint64_t) (est_rows > 0 ? est_rows : 0);
+    reap_progress_note(r);
     return 1;
 fail:
     reap_rollback(r);

@@ -14,6 +14,7 @@
 
 #include "outbox_relay/backfill.h"
 #include "outbox_relay/log.h"
+#include "outbox_relay/metrics.h"
 #include "outbox_relay/sink.h"
 #include "outbox_relay/stream.h"
 #include "outbox_relay/tracker.h"
@@ -21,8 +22,10 @@
 static int backfill_emit(void *ctx, const struct outbox_event *ev, uint64_t n)
 {
     struct relay *r = ctx;
-    while (!relay_window_open(r) && !*r->stop && !r->fatal && !r->bf_retry)
+    while (!relay_window_open(r) && !*r->stop && !r->fatal && !r->bf_retry) {
         relay_serve(r, 100);
+        backfill_progress_tick(r->backfill);
+    }
     if (*r->stop || r->fatal || r->bf_retry)
         return -1;
     uint64_t token = tracker_add_single(r->bf_tracker, r->bf_base + n);
@@ -50,6 +53,12 @@ static int backfill_serve(void *ctx, int timeout_ms)
     return *r->stop || r->fatal || r->bf_retry ? -1 : 0;
 }
 
+static void backfill_progress(void *ctx, const struct progress *p, bool active)
+{
+    struct relay *r = ctx;
+    metrics_set_progress(r->metrics, METRICS_WORK_BACKFILL, p, active);
+}
+
 /* One backfill run (the first, with the exported snapshot, or a resume
  * with snapshot NULL) under the lock. Returns an enum backfill_rc. */
 static int run_backfill(struct relay *r, const char *snapshot, lsn_t consistent)
@@ -60,7 +69,8 @@ static int run_backfill(struct relay *r, const char *snapshot, lsn_t consistent)
     tracker_reset(r->bf_tracker, r->bf_base);
     r->bf_retry = false;
     struct backfill_sink sink = {.emit = backfill_emit, .acked = backfill_acked,
-                                 .serve = backfill_serve, .ctx = r};
+                                 .serve = backfill_serve, .progress = backfill_progress,
+                                 .ctx = r};
     uint64_t rows = 0;
     int rc = backfill_run(r->backfill, snapshot, consistent, &sink, &rows);
     if (rc == BACKFILL_OK)

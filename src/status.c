@@ -15,6 +15,7 @@
 
 #include <libpq-fe.h>
 
+#include "outbox_relay/human.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/maint.h"
 #include "outbox_relay/pgconn.h"
@@ -99,10 +100,15 @@ static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verd
     fprintf(out, "%" KEYW "s %s\n", "active", is_active ? "yes" : "no");
     fprintf(out, "%" KEYW "s %s\n", "active_pid", pid ? pid : "-");
     fprintf(out, "%" KEYW "s %s\n", "confirmed_lsn", confirmed ? confirmed : "-");
+    char h1[HUMAN_LEN], h2[HUMAN_LEN];
     fprintf(out, "%" KEYW "s %s\n", "lag_bytes", lag ? lag : "unknown");
+    if (lag) /* the exact figure stays alone on its line: scripts read it */
+        fprintf(out, "%" KEYW "s %s\n", "lag", human_bytes(atoll(lag), h1, sizeof h1));
     fprintf(out, "%" KEYW "s %s\n", "wal_status", wal_status ? wal_status : "unknown");
     fprintf(out, "%" KEYW "s %s\n", "safe_wal_size",
             safe ? safe : "unlimited (max_slot_wal_keep_size = -1)");
+    if (safe)
+        fprintf(out, "%" KEYW "s %s\n", "safe_wal", human_bytes(atoll(safe), h1, sizeof h1));
 
     /* The confirmation lag in time. */
     double lag_s = -1;
@@ -118,8 +124,8 @@ static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verd
     else
         why_unknown = "the walsender has no timing sample yet";
     if (lag_s >= 0)
-        fprintf(out, "%" KEYW "s %.3f s (pg_stat_replication.flush_lag)\n", "confirm_lag",
-                lag_s);
+        fprintf(out, "%" KEYW "s %.3f s = %s (pg_stat_replication.flush_lag)\n",
+                "confirm_lag", lag_s, human_duration(lag_s, h1, sizeof h1));
     else
         fprintf(out, "%" KEYW "s unknown (%s)\n", "confirm_lag", why_unknown);
 
@@ -137,9 +143,13 @@ static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verd
     if (!is_active)
         unhealthy(v, "slot %s is not active: no relayer is streaming from it", cfg->slot);
     if (lag && cfg->max_lag_bytes > 0 && atoll(lag) > cfg->max_lag_bytes)
-        unhealthy(v, "lag_bytes %s > --max-lag-bytes %ld", lag, cfg->max_lag_bytes);
+        unhealthy(v, "lag_bytes %s > --max-lag-bytes %ld (%s > %s)", lag, cfg->max_lag_bytes,
+                  human_bytes(atoll(lag), h1, sizeof h1),
+                  human_bytes(cfg->max_lag_bytes, h2, sizeof h2));
     if (lag_s >= 0 && cfg->max_age > 0 && lag_s > cfg->max_age)
-        unhealthy(v, "confirm_lag %.1f s > --max-age %.0f s", lag_s, cfg->max_age);
+        unhealthy(v, "confirm_lag %.1f s > --max-age %.0f s (%s > %s)", lag_s, cfg->max_age,
+                  human_duration(lag_s, h1, sizeof h1),
+                  human_duration(cfg->max_age, h2, sizeof h2));
     else if (lag_s < 0 && is_active && cfg->max_age > 0)
         fprintf(out, "warning: --max-age not checked: confirmation lag unknown (%s)\n",
                 why_unknown);
@@ -191,9 +201,11 @@ static int report_table(PGconn *conn, const struct relay_config *cfg, struct ver
         goto out;
     const char *oldest = PQntuples(res) ? val(res, 0) : NULL;
     const char *age = PQntuples(res) ? val(res, 1) : NULL;
+    char h[HUMAN_LEN];
     fprintf(v->out, "%" KEYW "s %s.%s\n", "table", cfg->table_schema, cfg->table_name);
     if (oldest)
-        fprintf(v->out, "%" KEYW "s %s (age %.0f s)\n", "oldest_row", oldest, atof(age));
+        fprintf(v->out, "%" KEYW "s %s (age %.0f s = %s)\n", "oldest_row", oldest, atof(age),
+                human_duration(atof(age), h, sizeof h));
     else
         fprintf(v->out, "%" KEYW "s none (the table is empty)\n", "oldest_row");
     fprintf(v->out, "%" KEYW "s %s\n", "rows_estimate",

@@ -86,15 +86,22 @@ struct backfill_options {
     const char *table_name;
 };
 
+struct progress;
+
 /* Where the rows go. emit produces the n-th row of this run (n counts from
  * 1; the event's strings are valid only during the call) and returns 0, or
  * < 0 to stop. acked returns the largest n such that rows 1..n all have a
  * successful delivery report. serve waits up to timeout_ms for delivery
- * reports and returns 0, or < 0 to stop. */
+ * reports and returns 0, or < 0 to stop. progress (may be NULL) gets the
+ * run's progress (progress.h; rows done = rows acknowledged) after every
+ * batch and wait, and once more with active false when every row is
+ * acknowledged and the marker says 'done' (a run that fails leaves it
+ * active: the backfill is not finished, a later run resumes it). */
 struct backfill_sink {
     int (*emit)(void *ctx, const struct outbox_event *ev, uint64_t n);
     uint64_t (*acked)(void *ctx);
     int (*serve)(void *ctx, int timeout_ms);
+    void (*progress)(void *ctx, const struct progress *p, bool active);
     void *ctx;
 };
 
@@ -170,9 +177,21 @@ int backfill_abandon(struct backfill *b);
  * (valid only while the creating connection stays idle). snapshot NULL:
  * resumes what the marker says is left. *rows counts the rows published by
  * this call. Returns BACKFILL_OK or a negative enum backfill_rc with the
- * reason in backfill_errstr(). */
+ * reason in backfill_errstr().
+ *
+ * Progress: the rows of this run are counted once at its start, in its
+ * snapshot (rowcount.h: exact up to ROWCOUNT_MAX rows, else the
+ * planner's estimate); a line "slot=S: backfill: D of T rows (P %), R rows/s, about
+ * L left" is logged at the start, every PROGRESS_INTERVAL s, and a
+ * "finished" line at the end. */
 int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
                  const struct backfill_sink *sink, uint64_t *rows);
+
+/* Called by the sink while emit waits (a closed window, a slow broker):
+ * logs a progress line when one is due and updates the gauges, so that
+ * the lines keep their beat however long one row waits. Does nothing
+ * outside backfill_run. */
+void backfill_progress_tick(struct backfill *b);
 
 /* The last error, with the slot's name. Valid until the next call. */
 const char *backfill_errstr(const struct backfill *b);

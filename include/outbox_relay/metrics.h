@@ -18,6 +18,7 @@
 #include "outbox_relay/lsn.h"
 
 struct metrics;
+struct progress;
 
 /* Creates an empty registry. slot labels the slot gauges. NULL on OOM. */
 struct metrics *metrics_new(const char *slot);
@@ -56,6 +57,15 @@ void metrics_set_table_rows(struct metrics *m, int64_t estimate);
  * fails while tables > 0. */
 void metrics_set_unlogged(struct metrics *m, int64_t tables, const char *fix);
 void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double seconds);
+
+/* Long work (progress.h): the backfill (relay thread) and a reaper run
+ * (maintenance thread). Copies rows done, expected, rate and time left;
+ * active false: the work ended, and the gauges keep its final numbers
+ * (expected = done, 0 s left). Nothing is rendered for work that never
+ * started in this process. */
+enum metrics_work { METRICS_WORK_BACKFILL, METRICS_WORK_REAPER, METRICS_WORKS };
+void metrics_set_progress(struct metrics *m, enum metrics_work w, const struct progress *p,
+                          bool active);
 
 /* Renders the registry as Prometheus text. Returns a malloc'ed
  * NUL-terminated string the caller frees, NULL on OOM. */

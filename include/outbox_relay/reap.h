@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "outbox_relay/lsn.h"
+#include "outbox_relay/progress.h"
 #include "outbox_relay/reaper.h"
 
 #define POLL_SLICE 0.1       /* s between confirmed_flush_lsn polls */
@@ -48,6 +49,8 @@ struct reap {
     bool slots_table; /* public.outbox_relay_slots exists */
     char mark_x[24]; /* res->used.xmin as decimal text, for the queries */
     char pqmsg[REAPER_ERRLEN]; /* pq_reason's buffer */
+    bool counting;        /* prog runs: rows are being deleted */
+    struct progress prog; /* rows done = res->rows */
 };
 
 /* Builds the DELETE of one batch on table (quoted) into buf (capacity
@@ -57,6 +60,11 @@ struct reap {
  * unique across partitions. Pure; exposed for tests. Returns the length or
  * -1 when buf is too small. */
 int reaper_build_delete(const char *table, bool partitioned, char *buf, size_t cap);
+
+/* reaper.c: after rows were deleted or a partition dropped, notes
+ * res->rows in the run's progress: a log line when one is due, the
+ * gauges. Nothing before the deleting starts. */
+void reap_progress_note(struct reap *r);
 
 /* Whether should_stop asks to stop (never in reaper_take_mark). */
 bool reap_stopping(const struct reap *r);

@@ -43,6 +43,13 @@
  * lock_timeout so writers are not stalled behind it for long; on timeout
  * the partition is tried again next run.)
  *
+ * Progress: once it is about to delete, a run counts the expired rows
+ * (rowcount.h: exact up to ROWCOUNT_MAX, else the planner's estimate; rows held
+ * back by a lagging slot are counted too, so a run may end below it). A
+ * run that lasts longer than PROGRESS_INTERVAL logs "reaper: D of T rows
+ * (P %), R rows/s, about L left" every PROGRESS_INTERVAL s and a
+ * "finished" line; every run sets the gauges.
+ *
  * The reaper's DELETEs and DROPs are never relayed: the relayer's slot only
  * decodes INSERTs (wal2json "actions" 'insert').
  */
@@ -55,6 +62,8 @@
 #include <stdint.h>
 
 #include "outbox_relay/lsn.h"
+
+struct metrics;
 
 #define REAPER_ERRLEN 512
 #define REAPER_CONFIRM_WAIT 30.0 /* s: see reaper_options.confirm_wait */
@@ -89,6 +98,9 @@ struct reaper_options {
      * none. */
     void (*tick)(void *arg);
     void *stop_arg; /* passed to should_stop and tick */
+    /* Borrowed, may be NULL: the run's progress gauges (metrics.h,
+     * METRICS_WORK_REAPER). */
+    struct metrics *metrics;
 };
 
 /* A mark (see the rule above). */

@@ -5,7 +5,11 @@
  * It prints the slot (plugin, active, walsender pid, confirmed LSN, lag in
  * bytes, wal_status, safe_wal_size), how far behind confirmation is in time,
  * and the oldest outbox row with its age, then "status OK" or one
- * "UNHEALTHY: ..." line per threshold crossed.
+ * "UNHEALTHY: ..." line per threshold crossed. Sizes and durations come
+ * with human units beside the exact figure (human.h): on the same line
+ * where the value is already text ("93.000 s = 1 min 33 s"), on a line of
+ * their own after an exact number that scripts read (lag_bytes, then
+ * "lag 11.8 MiB"; safe_wal_size, then "safe_wal").
  *
  * Unhealthy (exit 1) when:
  *   - the slot does not exist, belongs to another database, or its

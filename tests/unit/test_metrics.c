@@ -7,6 +7,7 @@
  * against a renderer. The HTTP endpoint is test_metrics_http.c.
  */
 #include "outbox_relay/metrics.h"
+#include "outbox_relay/progress.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -177,6 +178,60 @@ static void test_values_move(void)
     metrics_free(m);
 }
 
+/* Long work: nothing before it starts, every gauge while it runs (the
+ * unknown ones left out), final numbers once it ended. */
+static void test_progress_gauges(void)
+{
+    struct metrics *m = metrics_new("s1");
+    struct progress p;
+    char *t = render_valid(m);
+    CHECK(strstr(t, "outbox_relay_backfill_") == NULL);
+    CHECK(strstr(t, "outbox_relay_reaper_run_") == NULL);
+    free(t);
+
+    progress_start(&p, "backfill", 60000, true, 0, false, 10.0);
+    progress_update(&p, 0, 10.0);
+    metrics_set_progress(m, METRICS_WORK_BACKFILL, &p, true);
+    t = render_valid(m);
+    CHECK(value_of(t, "outbox_relay_backfill_active") == 1);
+    CHECK(value_of(t, "outbox_relay_backfill_rows_done") == 0);
+    CHECK(value_of(t, "outbox_relay_backfill_rows_expected") == 60000);
+    CHECK(strstr(t, "outbox_relay_backfill_rows_per_second") == NULL); /* not known yet */
+    CHECK(strstr(t, "outbox_relay_backfill_seconds_left") == NULL);
+    CHECK(strstr(t, "# HELP outbox_relay_backfill_rows_done the backfill") != NULL);
+    CHECK(strstr(t, "outbox_relay_reaper_run_") == NULL);
+    free(t);
+
+    progress_update(&p, 20000, 14.0);
+    metrics_set_progress(m, METRICS_WORK_BACKFILL, &p, true);
+    t = render_valid(m);
+    CHECK(value_of(t, "outbox_relay_backfill_rows_done") == 20000);
+    CHECK(value_of(t, "outbox_relay_backfill_rows_per_second") == 5000);
+    CHECK(value_of(t, "outbox_relay_backfill_seconds_left") == 8);
+    free(t);
+
+    progress_update(&p, 61000, 22.0); /* rows arrived meanwhile */
+    metrics_set_progress(m, METRICS_WORK_BACKFILL, &p, false);
+    /* a reaper run with no total */
+    struct progress r;
+    progress_start(&r, "reaper", -1, false, 0, true, 0);
+    progress_update(&r, 5000, 2.0);
+    metrics_set_progress(m, METRICS_WORK_REAPER, &r, true);
+    t = render_valid(m);
+    CHECK(value_of(t, "outbox_relay_backfill_active") == 0);
+    CHECK(value_of(t, "outbox_relay_backfill_rows_done") == 61000);
+    CHECK(value_of(t, "outbox_relay_backfill_rows_expected") == 61000);
+    CHECK(value_of(t, "outbox_relay_backfill_seconds_left") == 0);
+    CHECK(fabs(value_of(t, "outbox_relay_backfill_rows_per_second") - 61000 / 12.0) < 1e-6);
+    CHECK(value_of(t, "outbox_relay_reaper_run_active") == 1);
+    CHECK(value_of(t, "outbox_relay_reaper_run_rows_done") == 5000);
+    CHECK(strstr(t, "outbox_relay_reaper_run_rows_expected") == NULL);
+    CHECK(strstr(t, "outbox_relay_reaper_run_seconds_left") == NULL);
+    free(t);
+    metrics_set_progress(NULL, METRICS_WORK_REAPER, &r, true); /* no registry: ignored */
+    metrics_free(m);
+}
+
 static void test_topic_cap(void)
 {
     struct metrics *m = metrics_new("s");
@@ -288,6 +343,7 @@ int main(void)
     test_validator_rejects();
     test_empty_registry();
     test_values_move();
+    test_progress_gauges();
     test_topic_cap();
     test_ready();
     test_concurrent();
