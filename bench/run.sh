@@ -305,7 +305,10 @@ DSN="host=127.0.0.1 port=$PG_PORT dbname=postgres user=postgres"
 psql_q() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" "$@"; }
 current_lsn() { lsn_int "$(psql_q -c 'SELECT pg_current_wal_lsn()')"; }
 next_id() { psql_q -c "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM events_outbox_id_seq"; }
-create_slot() { psql_q -c "SELECT pg_create_logical_replication_slot('$1', 'wal2json')" >/dev/null; }
+create_slot() { psql_q -c "SELECT pg_create_logical_replication_slot('$1', '${2:-wal2json}')" >/dev/null; }
+# copy_slot FROM TO PLUGIN: a new slot at FROM's position, decoding with
+# PLUGIN: both plugins read the same WAL from the same point.
+copy_slot() { psql_q -c "SELECT pg_copy_logical_replication_slot('$1', '$2', false, '$3')" >/dev/null; }
 drop_slot() {
     local i
     for i in $(seq 100); do # the walsender of a stopped client may linger a moment
@@ -319,9 +322,14 @@ drop_slot() {
 # (src/stream.c) sends them.
 W2J_OPTS=(-o format-version=2 -o include-timestamp=1 -o include-types=0
           -o add-tables=public.events_outbox -o actions=insert -o add-msg-prefixes=outbox)
-recvlogical() { # recvlogical SLOT ENDPOS OUTFILE
+# The relayer's pgoutput options (src/decoder_pgoutput.c); the publication
+# is sql/008_publication.sql's, loaded with the schema before any slot.
+PGO_OPTS=(-o proto_version=1 -o publication_names=outbox_relay -o messages=true)
+recvlogical() { # recvlogical SLOT ENDPOS OUTFILE [PLUGIN]
+    local opts=("${W2J_OPTS[@]}")
+    [ "${4:-wal2json}" = pgoutput ] && opts=("${PGO_OPTS[@]}")
     "$PG_BIN/pg_recvlogical" -d "$DSN" --slot="$1" --start --endpos="$2" --no-loop -f "$3" \
-        "${W2J_OPTS[@]}"
+        "${opts[@]}"
 }
 # recvlogical_follow SLOT OUTFILE LOGFILE: pg_recvlogical in the background
 # (BG_PID), following the slot until stopped; returns once the slot is
@@ -380,12 +388,14 @@ broker_stop() {
 
 # ------------------------------------------------------- relayer and readers
 
-# relay_start SLOT LOG [wait]: outbox-relay on SLOT, pid in RELAY_PID; with
-# "wait", returns once it streams.
+# relay_start SLOT LOG [wait]: outbox-relay on SLOT (with --plugin
+# $RELAY_PLUGIN, default wal2json), pid in RELAY_PID; with "wait", returns
+# once it streams.
+RELAY_PLUGIN=wal2json
 relay_start() {
     MPORT=$(free_port)
     bg "${RELAY_PREFIX[@]}" "$RELAY" --dsn "$DSN" --brokers "$BOOTSTRAP" --slot "$1" \
-        --metrics-addr "127.0.0.1:$MPORT" "${RELAY_EXTRA[@]}" >"$2" 2>&1
+        --plugin "$RELAY_PLUGIN" --metrics-addr "127.0.0.1:$MPORT" "${RELAY_EXTRA[@]}" >"$2" 2>&1
     RELAY_PID=$BG_PID
     if [ "${3:-}" = wait ]; then
         local i
@@ -530,6 +540,7 @@ phase_drain() {
         c0=$(proc_ticks "$RELAY_PID")
         ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_relay'")
         rec drain relay_walsender_cores "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
+        rec drain relay_walsender_us_per_event "$(calc "$(proc_ticks "$ws") * 1e6 / $TICK / $BACKLOG")"
         rec drain relay_relay_cores "$(calc "$c0 / $TICK / $CPU_SECS")"
         rec drain relay_broker_cores "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
         rec drain relay_consumer_cores "$(calc "$(kv "$work/drain-relay.out" cpu_ms) / 1000 / $CPU_SECS")"
@@ -570,11 +581,55 @@ phase_drain() {
         rp=$(awk -F'\t' '$2 == "poll_s" { v = $3 } END { print v }' "$RESULTS")
         rec drain ratio_decode "$(calc "$rs / $rr")"
         rec drain ratio_poll "$(calc "$rp / $rr")"
+        drain_pgoutput "$r" "$end_lsn" "$min_id"
         log "drain $r/$REPS: pg_recvlogical $(awk -F'\t' '$2=="recvlogical_s"{v=$3}END{print v}' "$RESULTS") s," \
             "outbox-relay $(awk -F'\t' '$2=="relay_s"{v=$3}END{print v}' "$RESULTS") s," \
             "polling $(awk -F'\t' '$2=="poll_s"{v=$3}END{print v}' "$RESULTS") s"
     done
     drop_slot bench_origin
+}
+
+# drain_pgoutput REP END_LSN MIN_ID: the same backlog through pgoutput
+# (slots copied from bench_origin with that plugin): pg_recvlogical into
+# /dev/null, then outbox-relay --plugin pgoutput until consumed.
+drain_pgoutput() {
+    local r=$1 end_lsn=$2 min_id=$3 t0 t1 last c0 ws
+    copy_slot bench_origin bench_recv pgoutput
+    cpu_begin
+    t0=$(now_us)
+    recvlogical bench_recv "$end_lsn" /dev/null pgoutput
+    t1=$(now_us)
+    cpu_end drain pgo_recv
+    drop_slot bench_recv
+    rec drain pgo_recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
+
+    copy_slot bench_origin bench_relay pgoutput
+    broker_start
+    consumer_start "$min_id" "$BACKLOG" "$work/drain-pgo.out" 300
+    cpu_begin
+    t0=$(now_us)
+    RELAY_PLUGIN=pgoutput relay_start bench_relay "$work/drain-pgo-$r.log"
+    consumer_wait "$work/drain-pgo.out" 300
+    cpu_end drain pgo_relay
+    last=$(kv "$work/drain-pgo.out" last_unix_us)
+    c0=$(proc_ticks "$RELAY_PID")
+    ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_relay'")
+    rec drain pgo_relay_walsender_cores "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
+    rec drain pgo_relay_walsender_us_per_event "$(calc "$(proc_ticks "$ws") * 1e6 / $TICK / $BACKLOG")"
+    rec drain pgo_relay_relay_cores "$(calc "$c0 / $TICK / $CPU_SECS")"
+    rec drain pgo_relay_hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
+    relay_stop "$work/drain-pgo-$r.log"
+    broker_stop
+    drop_slot bench_relay
+    rec drain pgo_relay_s "$(calc "($last - $t0) / 1e6")"
+    rec drain pgo_relay_cpu_us_per_event "$(calc "$c0 * 1e6 / $TICK / $BACKLOG")"
+    local ps pr ws_
+    ps=$(awk -F'\t' '$2 == "pgo_recvlogical_s" { v = $3 } END { print v }' "$RESULTS")
+    pr=$(awk -F'\t' '$2 == "pgo_relay_s" { v = $3 } END { print v }' "$RESULTS")
+    ws_=$(awk -F'\t' '$2 == "recvlogical_s" { v = $3 } END { print v }' "$RESULTS")
+    rec drain ratio_decode_pgo "$(calc "$ps / $pr")"
+    rec drain ratio_decode_pgo_w2j "$(calc "$ws_ / $ps")"
+    log "drain $r/$REPS pgoutput: pg_recvlogical $ps s, outbox-relay $pr s"
 }
 
 # steady_run NAME RATE|max EVENTS_PER_TX: producers committing RATE events/s
@@ -702,6 +757,8 @@ phase_huge() {
     log "huge: one transaction of $HUGE_ROWS rows"
     create_slot bench_huge
     create_slot bench_huge_recv
+    create_slot bench_huge_pgo pgoutput
+    create_slot bench_huge_pgo_recv pgoutput
     min_id=$(next_id)
     t0=$(now_us)
     psql_q -c "INSERT INTO events_outbox (aggregate_id, type, payload)
@@ -728,8 +785,26 @@ phase_huge() {
     t1=$(now_us)
     drop_slot bench_huge_recv
     rec huge recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
+
+    broker_start
+    consumer_start "$min_id" "$HUGE_ROWS" "$work/huge-pgo.out" 900
+    t0=$(now_us)
+    RELAY_PLUGIN=pgoutput relay_start bench_huge_pgo "$work/huge-pgo.log"
+    consumer_wait "$work/huge-pgo.out" 900
+    last=$(kv "$work/huge-pgo.out" last_unix_us)
+    rec huge pgo_relay_s "$(calc "($last - $t0) / 1e6")"
+    rec huge pgo_relay_hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
+    relay_stop "$work/huge-pgo.log"
+    broker_stop
+    drop_slot bench_huge_pgo
+    t0=$(now_us)
+    recvlogical bench_huge_pgo_recv "$end_lsn" /dev/null pgoutput
+    t1=$(now_us)
+    drop_slot bench_huge_pgo_recv
+    rec huge pgo_recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
     log "huge: outbox-relay $(med huge relay_s) s until consumed, pg_recvlogical alone" \
-        "$(med huge recvlogical_s) s; relayer peak RSS $(med huge relay_hwm_mib) MiB"
+        "$(med huge recvlogical_s) s; relayer peak RSS $(med huge relay_hwm_mib) MiB;" \
+        "pgoutput: $(med huge pgo_relay_s) s / $(med huge pgo_recvlogical_s) s, $(med huge pgo_relay_hwm_mib) MiB"
 }
 
 # load_run MODE REP: MODE none, relay (outbox-relay), poll (the polling
@@ -876,6 +951,13 @@ table() {
         echo "| drain CPU: polling relayer | machine $(c2 drain poll_machine_cores): PostgreSQL $(c2 drain poll_postgres_cores), poller $(c2 drain poll_poller_cores), broker $(c2 drain poll_broker_cores), consumer $(c2 drain poll_consumer_cores), other $(other drain poll_machine_cores poll_postgres_cores poll_poller_cores poll_broker_cores poll_consumer_cores) | |"
         echo "| drain speed: outbox-relay ÷ decode limit (of the medians; median of the $REPS per-repetition ratios) | **$(fmt %.2f "$(calc "$d_recv / $d_relay")")×** ($(fmt %.2f "$(med drain ratio_decode)")×, range $(awk -F'\t' '$2 == "ratio_decode" { v = $3 + 0; if (n++ == 0 || v < lo) lo = v; if (n == 1 || v > hi) hi = v } END { printf "%.2f–%.2f", lo, hi }' "$RESULTS")) | ≥ 0.9× |"
         echo "| drain speed: outbox-relay ÷ polling relayer (same) | **$(fmt %.1f "$(calc "$d_poll / $d_relay")")×** ($(fmt %.1f "$(med drain ratio_poll)")×) | ≥ 30× |"
+        local p_recv p_relay
+        p_recv=$(med drain pgo_recvlogical_s)
+        p_relay=$(med drain pgo_relay_s)
+        echo "| drain, pgoutput: pg_recvlogical (its decode limit) | $(fmt %.2f "$p_recv") s = $(fmt %.0f "$(calc "$BACKLOG / $p_recv")") events/s; wal2json's ÷ pgoutput's time $(fmt %.2f "$(med drain ratio_decode_pgo_w2j)")× | |"
+        echo "| drain, pgoutput: outbox-relay --plugin pgoutput, until consumed | $(fmt %.2f "$p_relay") s = $(fmt %.0f "$(calc "$BACKLOG / $p_relay")") events/s; $(fmt %.2f "$(med drain pgo_relay_cpu_us_per_event)") µs CPU/event, peak RSS $(fmt %.1f "$(med drain pgo_relay_hwm_mib)") MiB | |"
+        echo "| drain speed, pgoutput: outbox-relay ÷ its decode limit (of the medians; median of per-repetition ratios) | **$(fmt %.2f "$(calc "$p_recv / $p_relay")")×** ($(fmt %.2f "$(med drain ratio_decode_pgo)")×) | ≥ 0.9× |"
+        echo "| walsender CPU per event while outbox-relay drains: wal2json / pgoutput | $(fmt %.2f "$(med drain relay_walsender_us_per_event)") / $(fmt %.2f "$(med drain pgo_relay_walsender_us_per_event)") µs | |"
     fi
     if has_phase steady; then
         local s label
@@ -897,6 +979,7 @@ table() {
     if has_phase huge; then
         echo "| one transaction of $HUGE_ROWS rows, committed, then read whole: outbox-relay until consumed / pg_recvlogical alone | $(fmt %.1f "$(med huge relay_s)") s / $(fmt %.1f "$(med huge recvlogical_s)") s (insert and commit took $(fmt %.1f "$(med huge insert_s)") s) | |"
         echo "| one transaction of $HUGE_ROWS rows: relayer peak RSS | **$(fmt %.1f "$(med huge relay_hwm_mib)") MiB** | ≤ 64 MiB |"
+        echo "| the same with pgoutput: outbox-relay until consumed / pg_recvlogical alone; relayer peak RSS | $(fmt %.1f "$(med huge pgo_relay_s)") s / $(fmt %.1f "$(med huge pgo_recvlogical_s)") s; **$(fmt %.1f "$(med huge pgo_relay_hwm_mib)") MiB** | ≤ 64 MiB |"
     fi
     if has_phase load; then
         local none relay poll

@@ -36,6 +36,13 @@ conftest.py's `plugin` fixture.)
       a partitioned outbox: rows of every partition, also of one created
       and one attached while streaming, arrive; a detached partition's later
       rows do not
+  test_switch_plugins_by_lsn
+      docs/operations.md's switch of a running deployment, both ways, under
+      a steady stream of producer transactions, with no tuning flag: every
+      event arrives exactly once
+      a partitioned outbox: rows of every partition, also of one created
+      and one attached while streaming, arrive; a detached partition's later
+      rows do not
 """
 
 import json
@@ -298,4 +305,38 @@ def test_partitioned_outbox_under_the_root(pg, broker, kafka, relayer):
     assert sorted(int(m.headers["event_id"]) for m in got) == sorted(ids)
     assert all("detached" not in m.value for m in kafka.read("order", timeout=2))
     assert not re.search(r"^\S+ error ", r.log_text(), re.M), r.log_text()
+    assert r.terminate() == 0
+
+
+def switch(pg, relayer, broker, old, old_slot, new_plugin, new_slot):
+    """docs/operations.md, "Switching a running deployment": returns the
+    new relayer, streaming from the new slot."""
+    c = harness.lsn_to_int(pg.scalar(
+        "SELECT lsn FROM pg_create_logical_replication_slot(%s, %s)", (new_slot, new_plugin)))
+    wait_until(lambda: (pg.confirmed_flush_lsn(old_slot) or 0) >= c, 60,
+               message="the old slot to confirm past the new one's start")
+    assert old.terminate() == 0
+    p = pg.confirmed_flush_lsn(old_slot)
+    pg.query("SELECT pg_replication_slot_advance(%s, %s)", (new_slot, harness.int_to_lsn(p)))
+    new = start(relayer, pg, broker, "--plugin", new_plugin, slot=new_slot)
+    pg.drop_slot(old_slot)
+    return new
+
+
+def test_switch_plugins_by_lsn(pg, broker, kafka, relayer):
+    pg.load_sql(PUB_SQL)  # step 1: the publication before the pgoutput slot
+    r = start(relayer, pg, broker, "--plugin", "wal2json", slot="old_w2j")
+    producers = harness.Producers(pg, threads=2, rate=50).start()
+    wait_until(lambda: len(producers.committed) >= 50, 30, message="producers")
+    r = switch(pg, relayer, broker, r, "old_w2j", "pgoutput", "new_pgo")
+    wait_until(lambda: len(producers.committed) >= 300, 60, message="more commits")
+    r = switch(pg, relayer, broker, r, "new_pgo", "wal2json", "back_w2j")
+    wait_until(lambda: len(producers.committed) >= 550, 60, message="more commits")
+    committed = producers.stop()
+    ids = harness.read_messages(broker.bootstrap, "order", expected=len(committed), timeout=90)
+    got = [m.headers["event_id"] for m in ids]
+    assert sorted(set(got)) == sorted(committed), "missing: %s" % sorted(set(committed) - set(got))[:10]
+    dup = sorted({i for i in got if got.count(i) > 1})
+    assert not dup, "sent twice: %s" % dup[:10]
+    assert [s_[0] for s_ in pg.query("SELECT slot_name FROM pg_replication_slots")] == ["back_w2j"]
     assert r.terminate() == 0
