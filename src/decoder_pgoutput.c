@@ -174,9 +174,9 @@ static int row_event(struct decoder_pgo *g, struct outbox_event *ev, char *err, 
 {
     const struct w2j_columns_map *map = &W2J_DEFAULT_COLUMNS;
     const struct pgo_msg *m = &g->msg;
-    const char *id, *type;
-    size_t id_len, type_len;
-    uint32_t id_oid;
+    const char *id = NULL, *type = NULL;
+    size_t id_len = 0, type_len = 0;
+    uint32_t id_oid = 0;
     lsn_t lsn = ev->lsn;
 
     if (column(m, map->id, &id, &id_len, &id_oid, lsn, err, errlen) < 0 ||

@@ -30,6 +30,7 @@
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/publication.h"
 #include "outbox_relay/reaper.h"
 
 #define CONNECT_TIMEOUT 15.0 /* s for one connection attempt */
@@ -65,6 +66,7 @@ struct maint {
     bool marks_warned; /* said once that marks cannot be stored */
     bool in_tick;
     int64_t unlogged; /* outbox tables writing no WAL at the last check; < 0 unknown */
+    int publication_ok; /* pgoutput: at the last check, 1 / 0 / -1 unknown */
     double last_conn_warn;
     double last_query_warn;
 };
@@ -151,6 +153,7 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
 }
 
 static int64_t check_logged(struct maint *mt);
+static int check_publication(struct maint *mt);
 
 /* The slot's lag, WAL status and safe size, the table's row estimate, and
  * whether every table of the outbox writes WAL, into metrics. */
@@ -185,6 +188,7 @@ static void poll_slot(struct maint *mt)
     metrics_set_table_rows(mt->m, PQgetisnull(res, 0, 0) ? -1 : atoll(PQgetvalue(res, 0, 0)));
     PQclear(res);
     check_logged(mt);
+    check_publication(mt);
 }
 
 /* Checks that the outbox's tables write WAL; returns how many do not (-1
@@ -208,6 +212,57 @@ static int64_t check_logged(struct maint *mt)
     metrics_set_unlogged(mt->m, n, PQgetvalue(res, 0, 1));
     PQclear(res);
     return n;
+}
+
+/* pgoutput: whether the publication still serves the outbox (publication.h).
+ * The stream checks it at each (re)connect; DDL in between makes the server
+ * skip outbox rows while keepalives move the slot past them, so this poll
+ * says so, fails readiness and holds the reaper off (those rows look
+ * delivered). Returns 1 (or with wal2json always), 0, or -1 unknown. */
+static int check_publication(struct maint *mt)
+{
+    const struct relay_config *cfg = mt->cfg;
+    if (cfg->plugin != PLUGIN_PGOUTPUT)
+        return 1;
+    const char *p[] = {cfg->table_schema, cfg->table_name};
+    PGresult *res = query(mt, "looking up the outbox's kind",
+                          "SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid "
+                          "= c.relnamespace WHERE n.nspname = $1 AND c.relname = $2", 2, p);
+    if (res == NULL)
+        return -1;
+    bool partitioned = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    char *ln = PQescapeLiteral(mt->conn, cfg->publication, strlen(cfg->publication));
+    char *ls = PQescapeLiteral(mt->conn, cfg->table_schema, strlen(cfg->table_schema));
+    char *lt = PQescapeLiteral(mt->conn, cfg->table_name, strlen(cfg->table_name));
+    char sql[1024];
+    int n = ln && ls && lt ? publication_build_query(PQserverVersion(mt->conn), ln, ls, lt, sql,
+                                                     sizeof sql)
+                           : -1;
+    PQfreemem(ln);
+    PQfreemem(ls);
+    PQfreemem(lt);
+    if (n < 0 || (res = query(mt, "checking the publication", sql, 0, NULL)) == NULL)
+        return -1;
+    struct publication_state st;
+    publication_read_state((const struct pg_result *) res, 0, &st);
+    char why[512];
+    const char *problem = publication_problem(&st, cfg->publication, cfg->table_schema,
+                                              cfg->table_name, partitioned, why, sizeof why);
+    int ok = problem == NULL;
+    if (!ok && mt->publication_ok != 0)
+        log_error("slot=%s: %s. From that change on the server skips outbox rows, and the "
+                  "slot moves past them: the reaper is held off so it does not delete them, "
+                  "and the relayer stops at its next reconnect. Fix the publication, then drop "
+                  "the slot and start with --recreate-slot --backfill pending to publish the "
+                  "rows written meanwhile", cfg->slot, problem);
+    else if (ok && mt->publication_ok == 0)
+        log_info("slot=%s: publication %s serves the outbox again", cfg->slot,
+                 cfg->publication);
+    mt->publication_ok = ok;
+    metrics_set_publication(mt->m, ok, problem);
+    PQclear(res);
+    return ok;
 }
 
 static void heartbeat(struct maint *mt)
@@ -440,10 +495,14 @@ static void *maint_main(void *arg)
             /* Checked again here, not taken from the last poll: rows of an
              * unlogged table look delivered (the slot moves past them). */
             int64_t unlogged = check_logged(mt);
-            if (unlogged == 0)
+            int published = check_publication(mt);
+            if (unlogged == 0 && published == 1)
                 reap(mt);
             else if (unlogged > 0)
                 log_warn("reaper: skipped: the outbox has tables that write no WAL (see above)");
+            else if (published == 0)
+                log_warn("reaper: skipped: the publication does not serve the outbox (see "
+                         "above)");
             mt->next_reap = mono_now() + cfg->reap_interval;
         }
         if (PQstatus(mt->conn) != CONNECTION_OK) {
@@ -492,6 +551,7 @@ struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t 
     mt->signal_stop = stop;
     mt->last_conn_warn = mt->last_query_warn = -WARN_EVERY; /* the first one is said */
     mt->unlogged = -1;
+    mt->publication_ok = -1;
     atomic_init(&mt->stop, false);
     /* Quoted for to_regclass; the parts were validated as plain
      * identifiers by the configuration. */

@@ -89,6 +89,8 @@ struct metrics {
     int64_t table_rows;
 
     int64_t unlogged;     /* outbox tables writing no WAL; < 0 unknown */
+    int publication_ok;   /* pgoutput: 1 serves the outbox, 0 not, -1 unknown */
+    char publication_why[512];
     char unlogged_fix[256]; /* the ALTER TABLE … SET LOGGED to run */
 
     uint64_t reaped_rows, reap_batches, reap_runs;
@@ -130,6 +132,7 @@ struct metrics *metrics_new(const char *slot)
     m->waiting = -1;
     m->status = -1;
     m->unlogged = -1;
+    m->publication_ok = -1;
     return m;
 }
 
@@ -331,6 +334,16 @@ void metrics_set_unlogged(struct metrics *m, int64_t tables, const char *fix)
     pthread_mutex_lock(&m->mu);
     m->unlogged = tables;
     snprintf(m->unlogged_fix, sizeof m->unlogged_fix, "%s", fix ? fix : "");
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_set_publication(struct metrics *m, int ok, const char *why)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->publication_ok = ok;
+    snprintf(m->publication_why, sizeof m->publication_why, "%s", why ? why : "");
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -644,6 +657,15 @@ static void render(struct buf *b, const struct metrics *m)
         value_i(b, m->unlogged);
     }
 
+    if (m->publication_ok >= 0) {
+        header(b, "outbox_relay_publication_ok", "gauge",
+               "--plugin pgoutput: 1 while the publication serves the outbox (covers it, "
+               "publishes inserts, no column left out); 0: the server skips outbox rows. Must "
+               "be 1.");
+        bprintf(b, "outbox_relay_publication_ok");
+        value_i(b, m->publication_ok);
+    }
+
     header(b, "outbox_relay_reaper_rows_deleted_total", "counter",
            "Expired, delivered outbox rows the reaper deleted (for dropped partitions, the "
            "planner's estimate of their rows).");
@@ -700,6 +722,8 @@ bool metrics_ready(struct metrics *m, int64_t max_lag_bytes, char *why, size_t w
     else if (m->unlogged > 0)
         snprintf(why, whylen, "the outbox has %lld UNLOGGED table(s): their rows write no WAL "
                  "and are never relayed; run %s", (long long) m->unlogged, m->unlogged_fix);
+    else if (m->publication_ok == 0)
+        snprintf(why, whylen, "%s", m->publication_why);
     else if (m->slot_known && m->status >= 0 && strcmp(wal_statuses[m->status], "lost") == 0)
         snprintf(why, whylen, "slot %s is lost (wal_status=lost)", m->slot);
     else if (m->slot_known && m->status >= 0 && strcmp(wal_statuses[m->status], "missing") == 0)

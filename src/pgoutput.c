@@ -71,7 +71,7 @@ static int u32(struct rd *r, uint32_t *v, const char *what)
 
 static int u64(struct rd *r, uint64_t *v, const char *what)
 {
-    uint32_t hi, lo;
+    uint32_t hi = 0, lo = 0;
     if (need(r, 8, what) < 0)
         return -1;
     (void) u32(r, &hi, what);
@@ -204,7 +204,7 @@ static int tuple(struct pgo_parser *p, struct rd *r, size_t *nvalues)
 static int relation(struct pgo_parser *p, struct rd *r, struct pgo_msg *m)
 {
     struct pgo_relation nr = {0};
-    struct pgo_str nsp, name;
+    struct pgo_str nsp = {0}, name = {0};
     uint16_t ncols;
     int rc = -1;
 
@@ -226,7 +226,7 @@ static int relation(struct pgo_parser *p, struct rd *r, struct pgo_msg *m)
     nr.relname_len = name.len;
     for (uint16_t i = 0; i < ncols; i++) {
         struct pgo_column *c = &nr.columns[i];
-        struct pgo_str cname;
+        struct pgo_str cname = {0};
         uint32_t typmod;
         nr.ncolumns = (uint16_t) (i + 1); /* what relation_free frees */
         if (u8(r, &c->flags, "column flags") < 0 || str(r, &cname, "column name") < 0 ||

@@ -83,6 +83,61 @@ static const char *missing_column(const char *list)
     return NULL;
 }
 
+int publication_build_query(int server_version, const char *lit_name, const char *lit_schema,
+                            const char *lit_table, char *buf, size_t cap)
+{
+    bool v15 = server_version >= 150000;
+    int n = snprintf(buf, cap,
+                     "SELECT p.pubinsert, p.pubviaroot, t.tablename IS NOT NULL, %s, %s "
+                     "FROM pg_publication p LEFT JOIN pg_publication_tables t ON t.pubname = "
+                     "p.pubname AND t.schemaname = %s AND t.tablename = %s WHERE p.pubname = %s",
+                     v15 ? "array_to_string(t.attnames, ',')" : "NULL",
+                     v15 ? "t.rowfilter" : "NULL", lit_schema, lit_table, lit_name);
+    return n < 0 || (size_t) n >= cap ? -1 : n;
+}
+
+void publication_read_state(const struct pg_result *cres, int row, struct publication_state *st)
+{
+    const PGresult *res = (const PGresult *) cres;
+    *st = (struct publication_state){.exists = row >= 0 && row < PQntuples(res)};
+    if (!st->exists)
+        return;
+    st->pubinsert = strcmp(PQgetvalue(res, row, 0), "t") == 0;
+    st->viaroot = strcmp(PQgetvalue(res, row, 1), "t") == 0;
+    st->covers = strcmp(PQgetvalue(res, row, 2), "t") == 0;
+    st->attnames = PQgetisnull(res, row, 3) ? NULL : PQgetvalue(res, row, 3);
+    st->rowfilter = PQgetisnull(res, row, 4) ? NULL : PQgetvalue(res, row, 4);
+}
+
+const char *publication_problem(const struct publication_state *st, const char *name,
+                                const char *schema, const char *table, bool partitioned,
+                                char *buf, size_t cap)
+{
+    const char *gone;
+    if (!st->exists)
+        snprintf(buf, cap, "publication %s does not exist", name);
+    else if (!st->pubinsert)
+        snprintf(buf, cap, "publication %s does not publish inserts, so no outbox row would "
+                 "reach the relayer: ALTER PUBLICATION \"%s\" SET (publish = 'insert')", name,
+                 name);
+    else if (partitioned && !st->viaroot)
+        snprintf(buf, cap, "publication %s publishes the partitions of the partitioned outbox "
+                 "%s.%s under their own names: the relayer needs them under the root, as of "
+                 "each change: ALTER PUBLICATION \"%s\" SET (publish_via_partition_root = "
+                 "true)", name, schema, table, name);
+    else if (!st->covers)
+        snprintf(buf, cap, "publication %s does not publish the outbox table %s.%s: ALTER "
+                 "PUBLICATION \"%s\" ADD TABLE \"%s\".\"%s\" (as its owner), or name another "
+                 "with --publication", name, schema, table, name, schema, table);
+    else if ((gone = missing_column(st->attnames)) != NULL)
+        snprintf(buf, cap, "publication %s has a column list for %s.%s that leaves out \"%s\", "
+                 "which every event needs: ALTER PUBLICATION \"%s\" SET TABLE \"%s\".\"%s\" "
+                 "(without a column list)", name, schema, table, gone, name, schema, table);
+    else
+        return NULL;
+    return buf;
+}
+
 static int create(struct slot *s, const char *name, bool partitioned);
 
 /* What the existing publication publishes of the outbox, or its absence. */
@@ -92,18 +147,17 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
     char *lname = PQescapeLiteral(s->conn, name, strlen(name));
     char *lschema = PQescapeLiteral(s->conn, s->table_schema, strlen(s->table_schema));
     char *ltable = PQescapeLiteral(s->conn, s->table_name, strlen(s->table_name));
-    bool v15 = PQserverVersion(s->conn) >= 150000;
     char sql[PUB_SQLLEN];
-    snprintf(sql, sizeof sql,
-             "SELECT p.pubinsert, p.pubviaroot, t.tablename IS NOT NULL, %s, %s "
-             "FROM pg_publication p LEFT JOIN pg_publication_tables t ON t.pubname = "
-             "p.pubname AND t.schemaname = %s AND t.tablename = %s WHERE p.pubname = %s",
-             v15 ? "array_to_string(t.attnames, ',')" : "NULL",
-             v15 ? "t.rowfilter" : "NULL", lschema ? lschema : "''",
-             ltable ? ltable : "''", lname ? lname : "''");
+    int n = lname && lschema && ltable
+                ? publication_build_query(PQserverVersion(s->conn), lname, lschema, ltable, sql,
+                                          sizeof sql)
+                : -1;
     PQfreemem(lname);
     PQfreemem(lschema);
     PQfreemem(ltable);
+    if (n < 0)
+        return fail(s, STREAM_FATAL, "slot=%s: cannot build the query of publication %s",
+                    s->name, name);
     PGresult *res = slot_exec(s, sql);
     char msg[PUB_MSGLEN];
     int rc = STREAM_OK;
@@ -113,12 +167,9 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
                   msg);
         goto done;
     }
-    const char *lost = slot_exists
-        ? "; rows committed while it did not were skipped by the server and are not in Kafka: "
-          "drop the slot and start with --recreate-slot --backfill pending to publish the rows "
-          "still in the table"
-        : "";
-    if (PQntuples(res) == 0) {
+    struct publication_state st;
+    publication_read_state((const struct pg_result *) res, 0, &st);
+    if (!st.exists) {
         if (slot_exists) {
             char create_sql[PUB_SQLLEN];
             publication_build_create(name, s->table_schema, s->table_name, create_sql,
@@ -127,8 +178,8 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
                       "slot=%s exists but its publication %s does not (dropped?): pgoutput "
                       "cannot decode changes written before a publication existed, so it is "
                       "not recreated under a running slot. Run %s; then drop the slot and "
-                      "start with --recreate-slot --backfill pending (or see docs/operations.md, "
-                      "\"Switching the output plugin\")", s->name, name, create_sql);
+                      "start with --recreate-slot --backfill pending (docs/operations.md, \"Choosing "
+                      "and switching the output plugin\")", s->name, name, create_sql);
             goto done;
         }
         if (!may_create) {
@@ -139,37 +190,19 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
         PQclear(res);
         return create(s, name, partitioned);
     }
-    bool pubinsert = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    bool viaroot = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
-    bool covers = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
-    const char *attnames = PQgetisnull(res, 0, 3) ? NULL : PQgetvalue(res, 0, 3);
-    const char *rowfilter = PQgetisnull(res, 0, 4) ? NULL : PQgetvalue(res, 0, 4);
-    const char *gone;
-    if (!pubinsert) {
-        rc = fail(s, STREAM_FATAL, "slot=%s: publication %s does not publish inserts, so no "
-                  "outbox row would reach the relayer: ALTER PUBLICATION \"%s\" SET (publish = "
-                  "'insert')%s", s->name, name, name, lost);
-    } else if (partitioned && !viaroot) {
-        rc = fail(s, STREAM_FATAL, "slot=%s: publication %s publishes the partitions of the "
-                  "partitioned outbox %s.%s under their own names: the relayer needs them under "
-                  "the root, as of each change: ALTER PUBLICATION \"%s\" SET "
-                  "(publish_via_partition_root = true)%s", s->name, name, s->table_schema,
-                  s->table_name, name, lost);
-    } else if (!covers) {
-        rc = fail(s, STREAM_FATAL, "slot=%s: publication %s does not publish the outbox table "
-                  "%s.%s: ALTER PUBLICATION \"%s\" ADD TABLE \"%s\".\"%s\" (as its owner), or "
-                  "name another with --publication%s", s->name, name, s->table_schema,
-                  s->table_name, name, s->table_schema, s->table_name, lost);
-    } else if ((gone = missing_column(attnames)) != NULL) {
-        rc = fail(s, STREAM_FATAL, "slot=%s: publication %s has a column list for %s.%s that "
-                  "leaves out \"%s\", which every event needs: ALTER PUBLICATION \"%s\" SET "
-                  "TABLE \"%s\".\"%s\" (without a column list)%s", s->name, name,
-                  s->table_schema, s->table_name, gone, name, s->table_schema, s->table_name,
-                  lost);
-    } else if (rowfilter != NULL && *rowfilter != '\0') {
+    char why[PUB_MSGLEN];
+    if (publication_problem(&st, name, s->table_schema, s->table_name, partitioned, why,
+                            sizeof why) != NULL) {
+        rc = fail(s, STREAM_FATAL, "slot=%s: %s%s", s->name, why,
+                  slot_exists ? "; rows committed while it did not were skipped by the server "
+                                "and are not in Kafka: drop the slot and start with "
+                                "--recreate-slot --backfill pending to publish the rows still "
+                                "in the table"
+                              : "");
+    } else if (st.rowfilter != NULL && *st.rowfilter != '\0') {
         log_warn("slot=%s: publication %s has a row filter on %s.%s: WHERE %s. Rows it filters "
                  "out are never sent to the relayer and never reach Kafka", s->name, name,
-                 s->table_schema, s->table_name, rowfilter);
+                 s->table_schema, s->table_name, st.rowfilter);
     }
 done:
     PQclear(res);

@@ -56,6 +56,10 @@ void metrics_set_table_rows(struct metrics *m, int64_t estimate);
  * the statement(s) that fix them (copied, truncated to 255 bytes); readiness
  * fails while tables > 0. */
 void metrics_set_unlogged(struct metrics *m, int64_t tables, const char *fix);
+/* pgoutput: whether the publication serves the outbox (1), does not (0: why
+ * says what is wrong and the fix, copied, truncated to 511 bytes), or is
+ * unknown/not used (-1: the gauge is not exported); readiness fails at 0. */
+void metrics_set_publication(struct metrics *m, int ok, const char *why);
 void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double seconds);
 
 /* Long work (progress.h): the backfill (relay thread) and a reaper run

@@ -29,6 +29,36 @@
 
 struct slot; /* slot.h */
 
+/* What a publication publishes of the outbox, as publication_build_query()'s
+ * row says. Strings are borrowed (a PGresult's). */
+struct publication_state {
+    bool exists;
+    bool pubinsert;
+    bool viaroot;          /* publish_via_partition_root */
+    bool covers;           /* the outbox under its own name */
+    const char *attnames;  /* its column list, comma-separated; NULL: none */
+    const char *rowfilter; /* NULL: none */
+};
+
+/* The query whose single row (none: no such publication) is pubinsert,
+ * pubviaroot, covers, attnames, rowfilter, for a server of server_version
+ * (column lists and row filters from 15 on). The three names are SQL
+ * literals, already escaped (PQescapeLiteral). Pure. Returns the length, or
+ * -1 when cap is too small. */
+int publication_build_query(int server_version, const char *lit_name, const char *lit_schema,
+                            const char *lit_table, char *buf, size_t cap);
+
+/* Fills *st from that query's result row (row < 0: there was none). */
+struct pg_result;
+void publication_read_state(const struct pg_result *res, int row, struct publication_state *st);
+
+/* Why the publication name cannot serve the outbox schema.table (partitioned:
+ * a partitioned table), with the statement that fixes it, into buf; NULL
+ * when it can (a row filter is allowed: see publication_ensure). Pure. */
+const char *publication_problem(const struct publication_state *st, const char *name,
+                                const char *schema, const char *table, bool partitioned,
+                                char *buf, size_t cap);
+
 /* Writes the CREATE PUBLICATION statement for name and the outbox table
  * into buf (names quoted as identifiers). Pure. Returns the length, or -1
  * when cap is too small. */

@@ -355,7 +355,7 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
     for i, a in enumerate(aggs):
         pg.query("INSERT INTO chaos_seq (agg, topic) VALUES (%s, %s)", (a, TOPICS[i % 2]))
     pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-    pg.create_slot(SLOT, "wal2json")
+    pg.create_slot(SLOT)  # with the test's plugin (conftest.py)
 
     relay_dsn = "host=127.0.0.1 port=%d dbname=postgres user=postgres" % pg_proxy.port
     sup = Supervisor(relayer, ["--dsn", relay_dsn, "--brokers", broker.bootstrap,

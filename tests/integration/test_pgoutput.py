@@ -29,6 +29,12 @@ conftest.py's `plugin` fixture.)
       another session creates the publication between the relayer's look
       and its CREATE (two replicas starting at once): the relayer takes the
       other's and streams
+  test_publication_altered_while_streaming
+      ALTER PUBLICATION … DROP TABLE under a running relayer: the server
+      skips the rows written after it while the slot moves on; the
+      maintenance poll fails readiness, sets outbox_relay_publication_ok 0
+      and holds the reaper off, so those rows stay; the next start refuses,
+      saying rows were skipped and how to republish them
   test_publication_guard
       sql/008's optional guard makes DDL that would break the publication
       fail
@@ -266,6 +272,45 @@ def test_publication_created_concurrently(pg, broker, kafka, relayer):
     assert "created publication" not in r.log_text()
     assert r.terminate() == 0
     other.close()
+
+
+def http_get(port, path):
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_publication_altered_while_streaming(pg, broker, kafka, relayer):
+    port = harness.free_port()
+    r = start(relayer, pg, broker, "--plugin", "pgoutput", "--metrics-addr",
+              "127.0.0.1:%d" % port, "--retention", "1 second", "--reap-interval", "1")
+    first = insert(pg, [(uuid.uuid4(), "order.placed", "{}") for _ in range(3)])
+    kafka.read("order", expected=3, timeout=60)
+    wait_until(lambda: "outbox_relay_publication_ok 1" in http_get(port, "/metrics")[1], 15,
+               message="the publication gauge")
+    wait_until(lambda: http_get(port, "/readyz")[0] == 200, 30, message="/readyz 200")
+    pg.query("ALTER PUBLICATION outbox_relay DROP TABLE events_outbox")
+    skipped = insert(pg, [(uuid.uuid4(), "order.placed", "{}") for _ in range(5)])
+    wait_until(lambda: http_get(port, "/readyz")[0] == 503, 15, message="/readyz 503")
+    assert "does not publish the outbox table" in http_get(port, "/readyz")[1]
+    assert "outbox_relay_publication_ok 0" in http_get(port, "/metrics")[1]
+    lsn = pg.current_wal_lsn()
+    wait_until(lambda: (pg.confirmed_flush_lsn(SLOT) or 0) >= lsn, 60,
+               message="the slot to move past the skipped rows")
+    wait_until(lambda: "reaper: skipped: the publication" in r.log_text(), 15,
+               message="the reaper to hold off")
+    left = {row[0] for row in pg.query("SELECT id FROM events_outbox")}
+    assert set(skipped) <= left  # (the delivered first rows may be reaped)
+    got = kafka.read("order", timeout=3)
+    assert not {int(m.headers["event_id"]) for m in got} & set(skipped)
+    assert r.terminate() == 0
+    r = start(relayer, pg, broker, "--plugin", "pgoutput", wait=False)
+    exits_with(r, "does not publish the outbox table", "skipped by the server",
+               "--recreate-slot --backfill pending")
 
 
 def test_publication_guard(pg):
