@@ -82,27 +82,52 @@ static const char *missing_column(const char *list)
     return NULL;
 }
 
+enum publication_verdict publication_judge(bool pubinsert, bool viaroot, bool covers,
+                                           bool partitioned, const char *attnames,
+                                           const char *rowfilter, const char **column)
+{
+    *column = NULL;
+    if (!pubinsert)
+        return PUBLICATION_NO_INSERT;
+    if (partitioned && !viaroot)
+        return PUBLICATION_NOT_VIA_ROOT;
+    if (!covers)
+        return PUBLICATION_NOT_COVERED;
+    if ((*column = missing_column(attnames)) != NULL)
+        return PUBLICATION_COLUMN_LEFT_OUT;
+    if (rowfilter != NULL && *rowfilter != '\0')
+        return PUBLICATION_ROW_FILTER;
+    return PUBLICATION_OK;
+}
+
+int publication_build_lookup(PGconn *conn, const char *name, const char *schema,
+                             const char *table, char *buf, size_t cap)
+{
+    char *lname = PQescapeLiteral(conn, name, strlen(name));
+    char *lschema = PQescapeLiteral(conn, schema, strlen(schema));
+    char *ltable = PQescapeLiteral(conn, table, strlen(table));
+    bool v15 = PQserverVersion(conn) >= 150000;
+    int n = snprintf(buf, cap,
+                     "SELECT p.pubinsert, p.pubviaroot, t.tablename IS NOT NULL, %s, %s "
+                     "FROM pg_publication p LEFT JOIN pg_publication_tables t ON t.pubname = "
+                     "p.pubname AND t.schemaname = %s AND t.tablename = %s WHERE p.pubname = %s",
+                     v15 ? "array_to_string(t.attnames, ',')" : "NULL",
+                     v15 ? "t.rowfilter" : "NULL", lschema ? lschema : "''",
+                     ltable ? ltable : "''", lname ? lname : "''");
+    PQfreemem(lname);
+    PQfreemem(lschema);
+    PQfreemem(ltable);
+    return n < 0 || (size_t) n >= cap ? -1 : n;
+}
+
 static int create(struct slot *s, const char *name, bool partitioned);
 
 /* What the existing publication publishes of the outbox, or its absence. */
 static int check(struct slot *s, const char *name, bool partitioned, bool slot_exists,
                  bool may_create)
 {
-    char *lname = PQescapeLiteral(s->conn, name, strlen(name));
-    char *lschema = PQescapeLiteral(s->conn, s->table_schema, strlen(s->table_schema));
-    char *ltable = PQescapeLiteral(s->conn, s->table_name, strlen(s->table_name));
-    bool v15 = PQserverVersion(s->conn) >= 150000;
     char sql[PUB_SQLLEN];
-    snprintf(sql, sizeof sql,
-             "SELECT p.pubinsert, p.pubviaroot, t.tablename IS NOT NULL, %s, %s "
-             "FROM pg_publication p LEFT JOIN pg_publication_tables t ON t.pubname = "
-             "p.pubname AND t.schemaname = %s AND t.tablename = %s WHERE p.pubname = %s",
-             v15 ? "array_to_string(t.attnames, ',')" : "NULL",
-             v15 ? "t.rowfilter" : "NULL", lschema ? lschema : "''",
-             ltable ? ltable : "''", lname ? lname : "''");
-    PQfreemem(lname);
-    PQfreemem(lschema);
-    PQfreemem(ltable);
+    publication_build_lookup(s->conn, name, s->table_schema, s->table_name, sql, sizeof sql);
     PGresult *res = slot_exec(s, sql);
     char msg[PUB_MSGLEN];
     int rc = STREAM_OK;
@@ -144,28 +169,30 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
     const char *attnames = PQgetisnull(res, 0, 3) ? NULL : PQgetvalue(res, 0, 3);
     const char *rowfilter = PQgetisnull(res, 0, 4) ? NULL : PQgetvalue(res, 0, 4);
     const char *gone;
-    if (!pubinsert) {
+    enum publication_verdict verdict =
+        publication_judge(pubinsert, viaroot, covers, partitioned, attnames, rowfilter, &gone);
+    if (verdict == PUBLICATION_NO_INSERT) {
         rc = fail(s, STREAM_FATAL, "slot=%s: publication %s does not publish inserts, so no "
                   "outbox row would reach the relayer: ALTER PUBLICATION \"%s\" SET (publish = "
                   "'insert')%s", s->name, name, name, lost);
-    } else if (partitioned && !viaroot) {
+    } else if (verdict == PUBLICATION_NOT_VIA_ROOT) {
         rc = fail(s, STREAM_FATAL, "slot=%s: publication %s publishes the partitions of the "
                   "partitioned outbox %s.%s under their own names: the relayer needs them under "
                   "the root, as of each change: ALTER PUBLICATION \"%s\" SET "
                   "(publish_via_partition_root = true)%s", s->name, name, s->table_schema,
                   s->table_name, name, lost);
-    } else if (!covers) {
+    } else if (verdict == PUBLICATION_NOT_COVERED) {
         rc = fail(s, STREAM_FATAL, "slot=%s: publication %s does not publish the outbox table "
                   "%s.%s: ALTER PUBLICATION \"%s\" ADD TABLE \"%s\".\"%s\" (as its owner), or "
                   "name another with --publication%s", s->name, name, s->table_schema,
                   s->table_name, name, s->table_schema, s->table_name, lost);
-    } else if ((gone = missing_column(attnames)) != NULL) {
+    } else if (verdict == PUBLICATION_COLUMN_LEFT_OUT) {
         rc = fail(s, STREAM_FATAL, "slot=%s: publication %s has a column list for %s.%s that "
                   "leaves out \"%s\", which every event needs: ALTER PUBLICATION \"%s\" SET "
                   "TABLE \"%s\".\"%s\" (without a column list)%s", s->name, name,
                   s->table_schema, s->table_name, gone, name, s->table_schema, s->table_name,
                   lost);
-    } else if (rowfilter != NULL && *rowfilter != '\0') {
+    } else if (verdict == PUBLICATION_ROW_FILTER) {
         log_warn("slot=%s: publication %s has a row filter on %s.%s: WHERE %s. Rows it filters "
                  "out are never sent to the relayer and never reach Kafka", s->name, name,
                  s->table_schema, s->table_name, rowfilter);
