@@ -384,6 +384,14 @@ void check_slot(struct check_ctx *c)
                           "was dropped or lost, events committed since may not be in Kafka, "
                           "and the relayer refuses to create it again silently",
                           c->cfg->slot, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
+    else if (dropped)
+        check_report_addf(c->report, "slot", c->cfg->backfill_pending ? CHECK_PASS : CHECK_WARN,
+                          c->cfg->backfill_pending ? NULL
+                                                   : "add --backfill pending to republish the "
+                                                     "rows still in the outbox",
+                          "slot %s was created by outbox-relay at %s and is gone: the relayer "
+                          "creates it again as --recreate-slot asks, and events committed "
+                          "meanwhile may not be in Kafka", c->cfg->slot, PQgetvalue(res, 0, 1));
     else
         check_report_addf(c->report, "slot", CHECK_PASS, NULL,
                           "slot %s does not exist yet: the relayer creates it (%s) on first "
