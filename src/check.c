@@ -130,15 +130,26 @@ int check_report_exit_code(const struct check_report *r)
     return 0;
 }
 
+/* s with every control character (a server message's tab or newline) as
+ * a space: one check, one line. */
+static void put_line(FILE *out, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+        fputc(*p < 0x20 || *p == 0x7f ? ' ' : *p, out);
+}
+
 void check_format_text(const struct check_report *r, FILE *out)
 {
     size_t count[3] = {0, 0, 0};
     for (size_t i = 0; i < r->n; i++) {
         const struct check_item *it = &r->items[i];
         count[it->status]++;
-        fprintf(out, "%s %-22s %s", check_status_name(it->status), it->name, it->detail);
-        if (it->fix != NULL)
-            fprintf(out, "  fix: %s", it->fix);
+        fprintf(out, "%s %-22s ", check_status_name(it->status), it->name);
+        put_line(out, it->detail);
+        if (it->fix != NULL) {
+            fputs("  fix: ", out);
+            put_line(out, it->fix);
+        }
         fputc('\n', out);
     }
     fprintf(out, "check: %zu passed, %zu warning%s, %zu failed\n", count[CHECK_PASS],
@@ -402,8 +413,10 @@ PGresult *check_query(struct check_ctx *c, ExecStatusType want, const char *sql,
 /* In the order a person fixes things: the server, the role, then what
  * the relayer will create or read. */
 static void (*const checks[])(struct check_ctx *) = {
-    check_server,         check_wal_level,      check_role,          check_replication_slots,
-    check_wal_senders,    check_plugin,         check_keep_size,     check_sender_timeout,
+    /* slots and senders are counted before the role check opens (and
+     * closes) a replication connection, whose WAL sender may linger */
+    check_server,         check_wal_level,      check_replication_slots, check_wal_senders,
+    check_role,           check_plugin,         check_keep_size,     check_sender_timeout,
     check_table,          check_columns,        check_logged,        check_indexes,
     check_privileges,     check_bookkeeping,    check_slot,          check_publication,
     check_contents,       check_kafka,

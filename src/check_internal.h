@@ -16,6 +16,7 @@
 #include "outbox_relay/check.h"
 
 #define CHECK_QUERY_TIMEOUT 15.0 /* s: pgconn_exec's deadline for one query */
+#define CHECK_STATEMENT_TIMEOUT "10s" /* the server's, below it: a cancel, not a lost link */
 #define CHECK_MAX_TOPICS 64      /* topics listed from the outbox's types */
 #define CHECK_TYPE_SAMPLE "10000"   /* newest rows whose types name the topics */
 #define CHECK_PAYLOAD_SAMPLE "100000" /* newest rows whose payloads are measured */
@@ -37,6 +38,7 @@ struct check_ctx {
     bool has_column[CHECK_NCOLUMNS];
     bool created_at_index;
     long long max_payload; /* bytes, -1 unknown */
+    long long payload_rows; /* rows it was measured over */
     char payload_scope[160]; /* what max_payload was measured on */
     char *topics[CHECK_MAX_TOPICS]; /* the outbox's current topics (owned) */
     size_t ntopics;

@@ -228,6 +228,10 @@ static void check_message_size(struct check_ctx *c, long long client_max,
                           "largest payload unknown (%s); limit %lld bytes (%s)",
                           *c->payload_scope ? c->payload_scope : "no payload column", limit,
                           which);
+    } else if (c->payload_rows == 0) {
+        check_report_addf(c->report, "message_size", CHECK_PASS, NULL,
+                          "the outbox is empty: no payload to measure; records up to %lld bytes "
+                          "(%s)%s", limit, which, broker_note);
     } else if (c->max_payload + CHECK_RECORD_OVERHEAD > limit) {
         check_report_addf(c->report, "message_size", CHECK_FAIL, fix,
                           "the largest payload (%lld bytes, of %s) with a record's key, "

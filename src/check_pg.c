@@ -39,8 +39,12 @@ void check_server(struct check_ctx *c)
         return;
     }
     c->server_version = PQserverVersion(c->conn);
-    /* A stalled lock (a partition being dropped) must not hang a preflight. */
-    PQclear(pgconn_exec(c->conn, "SET lock_timeout = '2s'", 0, NULL, CHECK_QUERY_TIMEOUT, msg,
+    /* A stalled lock (a partition being dropped) or the plugin test's slot
+     * waiting for a long transaction must not hang a preflight: the server
+     * cancels the statement (a WARN) before pgconn_exec's deadline would
+     * drop the connection. */
+    PQclear(pgconn_exec(c->conn, "SET lock_timeout = '2s'; SET statement_timeout = '"
+                        CHECK_STATEMENT_TIMEOUT "'", 0, NULL, CHECK_QUERY_TIMEOUT, msg,
                         sizeof msg));
     PGresult *res = check_query(c, PGRES_TUPLES_OK,
                                 "SELECT current_user, current_database(), pg_is_in_recovery(), "

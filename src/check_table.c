@@ -418,7 +418,7 @@ void check_contents(struct check_ctx *c)
     res = check_query(c, PGRES_TUPLES_OK, sql, 0, NULL, msg, sizeof msg);
     if (res != NULL) {
         c->max_payload = PQgetisnull(res, 0, 0) ? 0 : atoll(PQgetvalue(res, 0, 0));
-        long long rows = atoll(PQgetvalue(res, 0, 1));
+        long long rows = c->payload_rows = atoll(PQgetvalue(res, 0, 1));
         snprintf(c->payload_scope, sizeof c->payload_scope, "%s %lld row%s", 
                  rows >= atoll(CHECK_PAYLOAD_SAMPLE)
                      ? (c->created_at_index ? "the newest" : "a first")

@@ -243,6 +243,37 @@ def test_wal2json_missing(relayer_binary, pg_factory, public_tmp_dir):
     assert pg.scalar("SELECT count(*) FROM pg_replication_slots") == 0
 
 
+@per_plugin
+@pytest.mark.plugins("wal2json")
+def test_plugin_test_does_not_wait_for_a_long_transaction(relayer_binary, pg_factory):
+    """Creating a slot waits for every running transaction with an xid: the
+    plugin test gives up after check's lock timeout (2 s; a WARN), and the
+    checks after it still run on the same connection."""
+    pg = pg_factory(settings=HEALTHY)
+    long_tx = pg.connect(autocommit=False)
+    with long_tx.cursor() as cur:
+        cur.execute("INSERT INTO events_outbox (aggregate_id, type, payload) "
+                    "VALUES (gen_random_uuid(), 'order.placed', '{}')")
+    r = run_check(relayer_binary, "--dsn", pg.dsn())
+    long_tx.rollback()
+    expect(r, "plugin", "WARN", detail="canceling statement due to lock timeout",
+           fix="long-running transaction")
+    expect(r, "max_slot_wal_keep_size", "PASS")
+    expect(r, "columns", "PASS")
+    assert pg.scalar("SELECT count(*) FROM pg_replication_slots") == 0
+
+
+def test_empty_outbox(relayer_binary, pg_factory, broker):
+    """No event yet: nothing names a topic, so whether the brokers create
+    topics decides, and the mock cannot tell (no DescribeConfigs)."""
+    pg = pg_factory(settings=HEALTHY)
+    r = run_check(relayer_binary, "--dsn", pg.dsn(), "--brokers", broker.bootstrap)
+    assert r.rc == 0, r
+    expect(r, "message_size", "PASS", detail="the outbox is empty")
+    expect(r, "topics", "WARN", detail="the outbox holds no event", fix="create the topic")
+    assert r.not_passed() == {"topics": "WARN"}, r
+
+
 # --------------------------------------------------------------------------
 # the role
 # --------------------------------------------------------------------------

@@ -46,6 +46,8 @@ static void test_report_and_formats(void)
     CHECK(strstr(text, "PASS wal_level ") == text);
     CHECK(strstr(text, "\nWARN max_slot_wal_keep_size unlimited\n") != NULL);
     CHECK(strstr(text, "\nFAIL columns") != NULL);
+    /* one check, one line: control characters of a server message are spaces */
+    CHECK(strstr(text, "\"type\" is missing (tab here)  fix:") != NULL);
     CHECK(strstr(text, "  fix: ALTER TABLE \"t\" ADD COLUMN x;\n") != NULL);
     CHECK(strstr(text, "check: 1 passed, 1 warning, 1 failed\n") != NULL);
     free(text);
