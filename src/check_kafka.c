@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 
 #include "check_internal.h"
 #include "outbox_relay/kafka_conf.h"
@@ -37,6 +38,25 @@ static const char *brokers_of(const struct relay_config *cfg)
     if (cfg->brokers != NULL && *cfg->brokers != '\0')
         return cfg->brokers;
     return config_kafka_get(cfg, "bootstrap.servers");
+}
+
+/* The first error librdkafka reported, for the FAIL's detail (served by
+ * rd_kafka_poll; the lock in case a future librdkafka calls it from one of
+ * its own threads). */
+struct first_error {
+    pthread_mutex_t lock;
+    char text[400];
+};
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    (void) rk;
+    (void) err;
+    struct first_error *le = opaque;
+    pthread_mutex_lock(&le->lock);
+    if (le->text[0] == '\0') /* the first is the cause; "all brokers are down" follows */
+        snprintf(le->text, sizeof le->text, "%s", reason ? reason : "");
+    pthread_mutex_unlock(&le->lock);
 }
 
 /* The configuration of the producer the relayer would build, without its
@@ -263,7 +283,12 @@ void check_kafka(struct check_ctx *c)
             check_message_size(c, client_max, NULL);
         return;
     }
+    struct first_error le = {.lock = PTHREAD_MUTEX_INITIALIZER};
     rd_kafka_conf_t *conf = client_conf(cfg, &client_max, err, sizeof err);
+    if (conf != NULL) {
+        rd_kafka_conf_set_opaque(conf, &le);
+        rd_kafka_conf_set_error_cb(conf, on_error);
+    }
     rd_kafka_t *rk = conf != NULL ? client_new(conf, err, sizeof err) : NULL;
     if (rk == NULL) {
         check_report_add(c->report, "kafka", CHECK_FAIL, err, "fix the -X properties");
@@ -272,12 +297,16 @@ void check_kafka(struct check_ctx *c)
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, NULL, &md, KAFKA_TIMEOUT_MS);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_poll(rk, 0);  /* serves the queued errors to on_error */
+        rd_kafka_destroy(rk); /* its threads are gone: le is ours again */
         check_report_addf(c->report, "kafka", CHECK_FAIL,
                           "check --brokers, that the brokers run and that this host may reach "
                           "them; with TLS or SASL, the -X security properties",
-                          "no metadata from Kafka at %s within %d s: %s", brokers,
-                          KAFKA_TIMEOUT_MS / 1000, rd_kafka_err2str(e));
-        rd_kafka_destroy(rk);
+                          "no metadata from Kafka at %s within %d s: %s%s%s", brokers,
+                          KAFKA_TIMEOUT_MS / 1000, rd_kafka_err2str(e), *le.text ? "; " : "",
+                          le.text);
+        if (c->table_exists)
+            check_message_size(c, client_max, NULL);
         return;
     }
     check_report_addf(c->report, "kafka", CHECK_PASS, NULL,
