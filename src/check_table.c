@@ -105,11 +105,15 @@ void check_columns(struct check_ctx *c)
             c->has_column[col] = true;
             st = check_classify_column((enum check_column) col, type, c->cfg->plugin, why,
                                        sizeof why);
+            /* an aggregate id need not be a uuid: text holds any */
+            const char *to = col == CHECK_COL_AGGREGATE_ID || col == CHECK_COL_TYPE
+                                 ? "text"
+                                 : check_column_type((enum check_column) col);
             if (st != CHECK_PASS && fn < sizeof fix)
                 fn += (size_t) snprintf(fix + fn, sizeof fix - fn,
-                                        "%sALTER TABLE %s ALTER COLUMN \"%s\" TYPE %s;",
-                                        fn ? " " : "", c->qtable, name,
-                                        check_column_type((enum check_column) col));
+                                        "%sALTER TABLE %s ALTER COLUMN \"%s\" TYPE %s "
+                                        "USING \"%s\"::%s;", fn ? " " : "", c->qtable, name,
+                                        to, name, to);
         }
         if (st > worst)
             worst = st;

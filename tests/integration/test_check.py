@@ -85,6 +85,17 @@ def expect(report, name, status, detail=None, fix=None):
     return item
 
 
+def apply_fix(pg, item, user="postgres"):
+    """Runs the SQL of a fix (up to a trailing "(as ...)" remark) as user."""
+    sql = item["fix"].split("; (")[0]
+    import psycopg2
+    conn = psycopg2.connect(pg.dsn(user=user), connect_timeout=10)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(sql)
+    conn.close()
+
+
 def insert_event(pg, payload='{"a": 1}', type_="order.placed", table="events_outbox"):
     pg.query("INSERT INTO %s (aggregate_id, type, payload) VALUES (gen_random_uuid(), %%s, "
              "%%s::jsonb)" % table, (type_, payload))
@@ -309,13 +320,16 @@ def test_role_without_delete_or_bookkeeping(relayer_binary, pg_factory):
     pg.query("GRANT SELECT ON public.events_outbox TO half")
     r = run_check(relayer_binary, "--dsn", pg.dsn(user="half"))
     assert r.rc == 1, r
-    expect(r, "privileges", "FAIL", detail="may not DELETE",
-           fix='GRANT DELETE ON "public"."events_outbox" TO "half"')
+    item = expect(r, "privileges", "FAIL", detail="may not DELETE",
+                  fix='GRANT DELETE ON "public"."events_outbox" TO "half"')
     expect(r, "bookkeeping", "WARN", detail="public.outbox_relay_slots is not writable",
            fix="GRANT SELECT, INSERT, UPDATE ON public.outbox_relay_slots")
     # the reaper off: no DELETE needed
     r = run_check(relayer_binary, "--dsn", pg.dsn(user="half"), "--retention", "0")
     expect(r, "privileges", "PASS")
+    apply_fix(pg, item)  # as the owner, as the fix says
+    r = run_check(relayer_binary, "--dsn", pg.dsn(user="half"))
+    expect(r, "privileges", "PASS", detail="may SELECT and DELETE")
 
 
 def test_bookkeeping_tables_missing(relayer_binary, pg_factory):
@@ -347,9 +361,12 @@ def test_table_missing_a_column(relayer_binary, pg_factory):
     pg.query("ALTER TABLE events_outbox DROP COLUMN created_at CASCADE")
     r = run_check(relayer_binary, "--dsn", pg.dsn())
     assert r.rc == 1, r
-    expect(r, "columns", "FAIL", detail='"created_at" is missing',
-           fix='ALTER TABLE "public"."events_outbox" ADD COLUMN "created_at" timestamp with '
-               'time zone;')
+    item = expect(r, "columns", "FAIL", detail='"created_at" is missing',
+                  fix='ALTER TABLE "public"."events_outbox" ADD COLUMN "created_at" timestamp '
+                      'with time zone;')
+    apply_fix(pg, item)  # the fix as given works
+    r = run_check(relayer_binary, "--dsn", pg.dsn())
+    expect(r, "columns", "PASS")
 
 
 def test_column_type_the_plugin_cannot_relay(relayer_binary, pg_factory, plugin):
@@ -362,8 +379,12 @@ def test_column_type_the_plugin_cannot_relay(relayer_binary, pg_factory, plugin)
     r = run_check(relayer_binary, "--dsn", pg.dsn(), "--table", "public.alt_outbox",
                   "--publication", "alt_pub")
     if plugin == "wal2json":
-        expect(r, "columns", "FAIL", detail='"aggregate_id" is bigint, which wal2json sends as '
-               'a JSON number', fix='ALTER COLUMN "aggregate_id" TYPE uuid')
+        item = expect(r, "columns", "FAIL", detail='"aggregate_id" is bigint, which wal2json '
+                      'sends as a JSON number',
+                      fix='ALTER COLUMN "aggregate_id" TYPE text USING "aggregate_id"::text;')
+        apply_fix(pg, item)
+        r = run_check(relayer_binary, "--dsn", pg.dsn(), "--table", "public.alt_outbox")
+        expect(r, "columns", "PASS")
     else:
         expect(r, "columns", "PASS")
 
@@ -373,8 +394,11 @@ def test_unlogged_table(relayer_binary, pg_factory):
     pg.query("ALTER TABLE events_outbox SET UNLOGGED")
     r = run_check(relayer_binary, "--dsn", pg.dsn())
     assert r.rc == 1, r
-    expect(r, "logged", "FAIL", detail="1 table(s) of the outbox are UNLOGGED",
-           fix="ALTER TABLE public.events_outbox SET LOGGED;")
+    item = expect(r, "logged", "FAIL", detail="1 table(s) of the outbox are UNLOGGED",
+                  fix="ALTER TABLE public.events_outbox SET LOGGED;")
+    apply_fix(pg, item)
+    r = run_check(relayer_binary, "--dsn", pg.dsn())
+    expect(r, "logged", "PASS")
 
 
 def test_unlogged_partition(relayer_binary, pg_factory):
@@ -399,8 +423,11 @@ def test_no_created_at_index(relayer_binary, pg_factory):
     pg = pg_factory(settings=HEALTHY)
     pg.query("DROP INDEX events_outbox_created_at_idx")
     r = run_check(relayer_binary, "--dsn", pg.dsn())
-    expect(r, "indexes", "WARN", detail="no index leads with created_at",
-           fix='CREATE INDEX CONCURRENTLY ON "public"."events_outbox" (created_at);')
+    item = expect(r, "indexes", "WARN", detail="no index leads with created_at",
+                  fix='CREATE INDEX CONCURRENTLY ON "public"."events_outbox" (created_at);')
+    apply_fix(pg, item)
+    r = run_check(relayer_binary, "--dsn", pg.dsn())
+    expect(r, "indexes", "PASS")
 
 
 # --------------------------------------------------------------------------
@@ -437,8 +464,11 @@ def test_publication_not_covering_the_table(relayer_binary, pg_factory):
              "CREATE PUBLICATION outbox_relay FOR TABLE public.other")
     r = run_check(relayer_binary, "--dsn", pg.dsn())
     assert r.rc == 1, r
-    expect(r, "publication", "FAIL", detail="does not publish the outbox table",
-           fix='ALTER PUBLICATION "outbox_relay" ADD TABLE "public"."events_outbox"')
+    item = expect(r, "publication", "FAIL", detail="does not publish the outbox table",
+                  fix='ALTER PUBLICATION "outbox_relay" ADD TABLE "public"."events_outbox"')
+    apply_fix(pg, item)
+    r = run_check(relayer_binary, "--dsn", pg.dsn())
+    expect(r, "publication", "PASS")
 
 
 @per_plugin
