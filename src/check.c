@@ -221,6 +221,32 @@ enum check_status check_classify_free(long max, long used, bool need_new)
     return CHECK_PASS;
 }
 
+enum check_status check_classify_topics(size_t needed, size_t missing, int auto_create)
+{
+    if (missing > 0)
+        return auto_create == 1 ? CHECK_PASS : auto_create == 0 ? CHECK_FAIL : CHECK_WARN;
+    if (needed == 0)
+        return auto_create == 1 ? CHECK_PASS : CHECK_WARN;
+    return CHECK_PASS;
+}
+
+long long check_record_limit(long long client_max, long long broker_max, long long topic_max,
+                             const char **which)
+{
+    long long limit = client_max;
+    *which = "the producer's message.max.bytes";
+    if (broker_max >= 0 && broker_max < limit)
+        limit = broker_max, *which = "the broker's message.max.bytes";
+    if (topic_max >= 0 && topic_max < limit)
+        limit = topic_max, *which = "max.message.bytes of a topic";
+    return limit;
+}
+
+enum check_status check_record_fits(long long max_payload, long long limit)
+{
+    return max_payload + CHECK_RECORD_OVERHEAD > limit ? CHECK_FAIL : CHECK_PASS;
+}
+
 const char *check_column_name(enum check_column c)
 {
     const struct w2j_columns_map *m = &W2J_DEFAULT_COLUMNS;

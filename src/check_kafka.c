@@ -199,17 +199,14 @@ static void check_topics(struct check_ctx *c, const struct rd_kafka_metadata *md
     snprintf(fix, sizeof fix, "create the topic(s) with the partitions and replication you "
              "want (kafka-topics.sh --create --topic NAME), or set auto.create.topics.enable "
              "= true on the brokers");
+    enum check_status st = check_classify_topics(nneeded, nmissing, bc->auto_create);
     if (nmissing > 0) {
-        enum check_status st = bc->auto_create == 1   ? CHECK_PASS
-                               : bc->auto_create == 0 ? CHECK_FAIL
-                                                      : CHECK_WARN;
         check_report_addf(c->report, "topics", st, st == CHECK_PASS ? NULL : fix,
                           "missing: %s (%s%s%s)%s%s", missing, ac,
                           bc->auto_create < 0 && *bc->why_unknown ? ": " : "",
                           bc->auto_create < 0 ? bc->why_unknown : "",
                           npresent ? "; present: " : "", present);
     } else if (nneeded == 0) {
-        enum check_status st = bc->auto_create == 1 ? CHECK_PASS : CHECK_WARN;
         check_report_addf(c->report, "topics", st, st == CHECK_PASS ? NULL : fix,
                           "%s, so the topics of --topic %s cannot be listed yet (%s%s%s)",
                           c->topics_known ? "the outbox holds no event" : "cannot read the "
@@ -217,7 +214,7 @@ static void check_topics(struct check_ctx *c, const struct rd_kafka_metadata *md
                           cfg->topic, ac, bc->auto_create < 0 && *bc->why_unknown ? ": " : "",
                           bc->auto_create < 0 ? bc->why_unknown : "");
     } else {
-        check_report_addf(c->report, "topics", CHECK_PASS, NULL,
+        check_report_addf(c->report, "topics", st, NULL,
                           "%zu topic(s) the outbox's events go to exist: %s%s", npresent,
                           present,
                           templated && bc->auto_create == 0
@@ -230,12 +227,9 @@ static void check_topics(struct check_ctx *c, const struct rd_kafka_metadata *md
 static void check_message_size(struct check_ctx *c, long long client_max,
                                const struct broker_conf *bc)
 {
-    long long limit = client_max;
-    const char *which = "the producer's message.max.bytes";
-    if (bc != NULL && bc->broker_max >= 0 && bc->broker_max < limit)
-        limit = bc->broker_max, which = "the broker's message.max.bytes";
-    if (bc != NULL && bc->topic_max >= 0 && bc->topic_max < limit)
-        limit = bc->topic_max, which = "max.message.bytes of a topic";
+    const char *which;
+    long long limit = check_record_limit(client_max, bc ? bc->broker_max : -1,
+                                         bc ? bc->topic_max : -1, &which);
     char fix[600];
     snprintf(fix, sizeof fix, "raise message.max.bytes on the brokers (and max.message.bytes "
              "of the topics) and -X message.max.bytes to at least %lld, or make the payloads "
@@ -252,7 +246,7 @@ static void check_message_size(struct check_ctx *c, long long client_max,
         check_report_addf(c->report, "message_size", CHECK_PASS, NULL,
                           "the outbox is empty: no payload to measure; records up to %lld bytes "
                           "(%s)%s", limit, which, broker_note);
-    } else if (c->max_payload + CHECK_RECORD_OVERHEAD > limit) {
+    } else if (check_record_fits(c->max_payload, limit) == CHECK_FAIL) {
         check_report_addf(c->report, "message_size", CHECK_FAIL, fix,
                           "the largest payload (%lld bytes, of %s) with a record's key, "
                           "headers and framing exceeds %lld bytes (%s): such an event can "

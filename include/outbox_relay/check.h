@@ -147,6 +147,24 @@ enum check_status check_classify_slot(const struct check_slot_row *row, const ch
  * needs beyond its value (key, headers, batch framing), a generous bound. */
 #define CHECK_RECORD_OVERHEAD 1024
 
+/* The topics the outbox's events go to: needed of them known (from the
+ * types in the table, a fixed --topic, the dead-letter topic), missing of
+ * those not in the cluster; auto_create is the brokers'
+ * auto.create.topics.enable (1, 0, -1 unknown). Missing topics PASS only
+ * when the brokers create them, FAIL when they do not, WARN when unknown;
+ * none known (an empty outbox) is a WARN unless they create them. */
+enum check_status check_classify_topics(size_t needed, size_t missing, int auto_create);
+
+/* The smallest record limit of those known (-1: unknown): the producer's
+ * message.max.bytes, the broker's and the topics' max.message.bytes;
+ * *which names it. */
+long long check_record_limit(long long client_max, long long broker_max, long long topic_max,
+                             const char **which);
+
+/* FAIL when a record with max_payload bytes of value (and
+ * CHECK_RECORD_OVERHEAD) exceeds limit. */
+enum check_status check_record_fits(long long max_payload, long long limit);
+
 /* --- the command ------------------------------------------------------- */
 
 /* Runs every check with cfg (--dsn required; --brokers optional: without

@@ -112,6 +112,35 @@ static void test_settings(void)
     CHECK_EQ_INT(check_classify_free(0, 0, false), CHECK_FAIL);
 }
 
+static void test_kafka_verdicts(void)
+{
+    /* missing topics: the brokers' auto.create.topics.enable decides */
+    CHECK_EQ_INT(check_classify_topics(2, 1, 1), CHECK_PASS);
+    CHECK_EQ_INT(check_classify_topics(2, 1, 0), CHECK_FAIL);
+    CHECK_EQ_INT(check_classify_topics(2, 1, -1), CHECK_WARN);
+    /* all present: whatever the setting */
+    CHECK_EQ_INT(check_classify_topics(2, 0, 0), CHECK_PASS);
+    CHECK_EQ_INT(check_classify_topics(2, 0, -1), CHECK_PASS);
+    /* nothing to look for (an empty outbox) */
+    CHECK_EQ_INT(check_classify_topics(0, 0, 1), CHECK_PASS);
+    CHECK_EQ_INT(check_classify_topics(0, 0, 0), CHECK_WARN);
+    CHECK_EQ_INT(check_classify_topics(0, 0, -1), CHECK_WARN);
+
+    const char *which;
+    CHECK_EQ_INT(check_record_limit(1000000, -1, -1, &which), 1000000);
+    CHECK(strcmp(which, "the producer's message.max.bytes") == 0);
+    CHECK_EQ_INT(check_record_limit(1000000, 500000, -1, &which), 500000);
+    CHECK(strcmp(which, "the broker's message.max.bytes") == 0);
+    CHECK_EQ_INT(check_record_limit(1000000, 1048588, 200000, &which), 200000);
+    CHECK(strcmp(which, "max.message.bytes of a topic") == 0);
+    CHECK_EQ_INT(check_record_limit(1000000, 2000000, 3000000, &which), 1000000);
+    CHECK(strcmp(which, "the producer's message.max.bytes") == 0);
+
+    CHECK_EQ_INT(check_record_fits(1000, 1000 + CHECK_RECORD_OVERHEAD), CHECK_PASS);
+    CHECK_EQ_INT(check_record_fits(1001, 1000 + CHECK_RECORD_OVERHEAD), CHECK_FAIL);
+    CHECK_EQ_INT(check_record_fits(0, 1000000), CHECK_PASS);
+}
+
 static enum check_status col(enum check_column c, const char *type, enum relay_plugin p)
 {
     char why[300];
@@ -266,6 +295,7 @@ int main(void)
     test_report_and_formats();
     test_scrub();
     test_settings();
+    test_kafka_verdicts();
     test_columns();
     test_slot();
     test_publication_judge();
