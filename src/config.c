@@ -21,11 +21,14 @@
 
 _Static_assert(sizeof(enum poison_policy) == sizeof(int), "OPT_ENUM stores an int");
 _Static_assert(sizeof(enum relay_plugin) == sizeof(int), "OPT_ENUM stores an int");
+_Static_assert(sizeof(enum report_format) == sizeof(int), "OPT_ENUM stores an int");
 
 static const struct option_word poison_words[] = {
     {"halt", POISON_HALT}, {"dead-letter", POISON_DEAD_LETTER}, {NULL, 0}};
 static const struct option_word plugin_words[] = {
     {"wal2json", PLUGIN_WAL2JSON}, {"pgoutput", PLUGIN_PGOUTPUT}, {NULL, 0}};
+static const struct option_word format_words[] = {
+    {"text", REPORT_FORMAT_TEXT}, {"json", REPORT_FORMAT_JSON}, {NULL, 0}};
 static const struct option_word backfill_words[] = {{"none", 0}, {"pending", 1}, {NULL, 0}};
 
 #define OFF(field) offsetof(struct relay_config, field)
@@ -101,6 +104,9 @@ static const struct option_def options[] = {
     OPT("log-level", OPT_LOGLEVEL, log_level, "info", "debug|info|warn|error", "log level"),
     OPT_WORDS("log-format", OPT_ENUM, log_format, "text", "text|json", "log line format",
               option_log_formats),
+    OPT_WORDS("format", OPT_ENUM, format, "text", "text|json",
+              "`check`: one line per check, or a JSON array of {check, status, detail, fix}",
+              format_words),
     /* Found before anything else is read (find_config_path); the other
      * sources skip it. */
     {"config", OPT_STR, OFF(config_file), NULL, "FILE",
@@ -226,10 +232,11 @@ static void print_help(const char *prog)
            "  %s [run] --dsn CONNINFO --brokers HOST:PORT [options]\n"
            "  %s reap --dsn CONNINFO [--retention INTERVAL] [--reap-batch N]\n"
            "  %s status --dsn CONNINFO [--slot NAME] [--max-lag-bytes N] [--max-age S]\n"
+           "  %s check --dsn CONNINFO [--brokers HOST:PORT] [--format text|json]\n"
            "  %s --help | --version\n\n"
            "Options (each also as OUTBOX_RELAY_<NAME> in the environment and as\n"
            "`name = value` in a --config file; command line wins, then environment):\n",
-           prog, prog, prog, prog);
+           prog, prog, prog, prog, prog);
     options_print_table(&spec);
     printf("\nExit status: 0 after a clean stop (SIGTERM/SIGINT), 1 on a fatal error,\n"
            "2 on bad usage or configuration.\n");
@@ -494,7 +501,7 @@ static const char *find_config_path(int argc, char **argv, char **envp)
     return path;
 }
 
-/* The command (run, reap, status) in argv[1], when there is one: sets
+/* The command (run, reap, status, check) in argv[1], when there is one: sets
  * cfg->command and returns the index of the first option, or -1 with err. */
 static int load_command(struct relay_config *cfg, int argc, char **argv, char *err,
                         size_t errlen)
@@ -507,13 +514,15 @@ static int load_command(struct relay_config *cfg, int argc, char **argv, char *e
         cfg->command = RELAY_CMD_REAP;
     else if (strcmp(argv[1], "status") == 0)
         cfg->command = RELAY_CMD_STATUS;
+    else if (strcmp(argv[1], "check") == 0)
+        cfg->command = RELAY_CMD_CHECK;
     else {
         if (options_safe_to_echo(argv[1]))
-            snprintf(err, errlen, "unknown command \"%s\" (expected run, reap or status; "
+            snprintf(err, errlen, "unknown command \"%s\" (expected run, reap, status or check; "
                      "see --help)", argv[1]);
         else
             snprintf(err, errlen, "unknown command in the first argument (expected run, "
-                     "reap or status, or an option starting with --; not shown: it may "
+                     "reap, status or check, or an option starting with --; not shown: it may "
                      "hold a secret)");
         return -1;
     }

@@ -1,12 +1,13 @@
 /*
  * main.c — outbox-relay: stream a PostgreSQL transactional outbox to Kafka
  * from the WAL. Parses the configuration, installs signal handlers and
- * dispatches to one of three commands:
+ * dispatches to one of four commands:
  *   run     the relay, with the metrics registry, the HTTP endpoint (when
  *           --metrics-addr is set) and the maintenance thread (slot polls,
  *           reaper, heartbeat) beside it;
  *   reap    the reaper, once (for cron);
- *   status  a health report whose exit code a probe can use.
+ *   status  a health report whose exit code a probe can use;
+ *   check   the preflight of PostgreSQL and Kafka (check.h).
  * The only place that exits.
  */
 #include <malloc.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "outbox_relay/check.h"
 #include "outbox_relay/config.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/maint.h"
@@ -113,6 +115,9 @@ int main(int argc, char **argv)
         break;
     case RELAY_CMD_STATUS:
         code = status_run(&cfg, stdout);
+        break;
+    case RELAY_CMD_CHECK:
+        code = check_run(&cfg, cfg.format, stdout);
         break;
     case RELAY_CMD_RUN:
     default:

@@ -232,17 +232,9 @@ static int check_publication(struct maint *mt)
         return -1;
     bool partitioned = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
-    char *ln = PQescapeLiteral(mt->conn, cfg->publication, strlen(cfg->publication));
-    char *ls = PQescapeLiteral(mt->conn, cfg->table_schema, strlen(cfg->table_schema));
-    char *lt = PQescapeLiteral(mt->conn, cfg->table_name, strlen(cfg->table_name));
     char sql[1024];
-    int n = ln && ls && lt ? publication_build_query(PQserverVersion(mt->conn), ln, ls, lt, sql,
-                                                     sizeof sql)
-                           : -1;
-    PQfreemem(ln);
-    PQfreemem(ls);
-    PQfreemem(lt);
-    if (n < 0 || (res = query(mt, "checking the publication", sql, 0, NULL)) == NULL)
+    if (publication_build_lookup(mt->conn, cfg->publication, cfg->table_schema,
+                                 cfg->table_name, sql, sizeof sql) < 0 || (res = query(mt, "checking the publication", sql, 0, NULL)) == NULL)
         return -1;
     struct publication_state st;
     publication_read_state((const struct pg_result *) res, 0, &st);

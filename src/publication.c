@@ -83,6 +83,40 @@ static const char *missing_column(const char *list)
     return NULL;
 }
 
+enum publication_verdict publication_judge(bool pubinsert, bool viaroot, bool covers,
+                                           bool partitioned, const char *attnames,
+                                           const char *rowfilter, const char **column)
+{
+    *column = NULL;
+    if (!pubinsert)
+        return PUBLICATION_NO_INSERT;
+    if (partitioned && !viaroot)
+        return PUBLICATION_NOT_VIA_ROOT;
+    if (!covers)
+        return PUBLICATION_NOT_COVERED;
+    if ((*column = missing_column(attnames)) != NULL)
+        return PUBLICATION_COLUMN_LEFT_OUT;
+    if (rowfilter != NULL && *rowfilter != '\0')
+        return PUBLICATION_ROW_FILTER;
+    return PUBLICATION_OK;
+}
+
+int publication_build_lookup(PGconn *conn, const char *name, const char *schema,
+                             const char *table, char *buf, size_t cap)
+{
+    char *lname = PQescapeLiteral(conn, name, strlen(name));
+    char *lschema = PQescapeLiteral(conn, schema, strlen(schema));
+    char *ltable = PQescapeLiteral(conn, table, strlen(table));
+    int n = lname && lschema && ltable
+                ? publication_build_query(PQserverVersion(conn), lname, lschema, ltable, buf,
+                                          cap)
+                : -1;
+    PQfreemem(lname);
+    PQfreemem(lschema);
+    PQfreemem(ltable);
+    return n;
+}
+
 int publication_build_query(int server_version, const char *lit_name, const char *lit_schema,
                             const char *lit_table, char *buf, size_t cap)
 {
@@ -113,23 +147,27 @@ const char *publication_problem(const struct publication_state *st, const char *
                                 const char *schema, const char *table, bool partitioned,
                                 char *buf, size_t cap)
 {
-    const char *gone;
+    const char *gone = NULL;
+    enum publication_verdict v =
+        st->exists ? publication_judge(st->pubinsert, st->viaroot, st->covers, partitioned,
+                                       st->attnames, NULL, &gone)
+                   : PUBLICATION_OK;
     if (!st->exists)
         snprintf(buf, cap, "publication %s does not exist", name);
-    else if (!st->pubinsert)
+    else if (v == PUBLICATION_NO_INSERT)
         snprintf(buf, cap, "publication %s does not publish inserts, so no outbox row would "
                  "reach the relayer: ALTER PUBLICATION \"%s\" SET (publish = 'insert')", name,
                  name);
-    else if (partitioned && !st->viaroot)
+    else if (v == PUBLICATION_NOT_VIA_ROOT)
         snprintf(buf, cap, "publication %s publishes the partitions of the partitioned outbox "
                  "%s.%s under their own names: the relayer needs them under the root, as of "
                  "each change: ALTER PUBLICATION \"%s\" SET (publish_via_partition_root = "
                  "true)", name, schema, table, name);
-    else if (!st->covers)
+    else if (v == PUBLICATION_NOT_COVERED)
         snprintf(buf, cap, "publication %s does not publish the outbox table %s.%s: ALTER "
                  "PUBLICATION \"%s\" ADD TABLE \"%s\".\"%s\" (as its owner), or name another "
                  "with --publication", name, schema, table, name, schema, table);
-    else if ((gone = missing_column(st->attnames)) != NULL)
+    else if (v == PUBLICATION_COLUMN_LEFT_OUT)
         snprintf(buf, cap, "publication %s has a column list for %s.%s that leaves out \"%s\", "
                  "which every event needs: ALTER PUBLICATION \"%s\" SET TABLE \"%s\".\"%s\" "
                  "(without a column list)", name, schema, table, gone, name, schema, table);
@@ -144,18 +182,9 @@ static int create(struct slot *s, const char *name, bool partitioned);
 static int check(struct slot *s, const char *name, bool partitioned, bool slot_exists,
                  bool may_create)
 {
-    char *lname = PQescapeLiteral(s->conn, name, strlen(name));
-    char *lschema = PQescapeLiteral(s->conn, s->table_schema, strlen(s->table_schema));
-    char *ltable = PQescapeLiteral(s->conn, s->table_name, strlen(s->table_name));
     char sql[PUB_SQLLEN];
-    int n = lname && lschema && ltable
-                ? publication_build_query(PQserverVersion(s->conn), lname, lschema, ltable, sql,
-                                          sizeof sql)
-                : -1;
-    PQfreemem(lname);
-    PQfreemem(lschema);
-    PQfreemem(ltable);
-    if (n < 0)
+    if (publication_build_lookup(s->conn, name, s->table_schema, s->table_name, sql,
+                                 sizeof sql) < 0)
         return fail(s, STREAM_FATAL, "slot=%s: cannot build the query of publication %s",
                     s->name, name);
     PGresult *res = slot_exec(s, sql);

@@ -23,9 +23,10 @@
 #include "outbox_relay/log.h"
 #include "outbox_relay/options.h" /* struct config_kv, CONFIG_*, enum config_result */
 
-enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS };
+enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS, RELAY_CMD_CHECK };
 enum poison_policy { POISON_HALT = 0, POISON_DEAD_LETTER };
 enum relay_plugin { PLUGIN_WAL2JSON = 0, PLUGIN_PGOUTPUT };
+enum report_format { REPORT_FORMAT_TEXT = 0, REPORT_FORMAT_JSON }; /* `check --format` */
 
 struct relay_config {
     enum relay_command command;
@@ -61,6 +62,7 @@ struct relay_config {
     bool backfill_pending;     /* --backfill pending */
     enum log_level log_level;
     enum log_format log_format;
+    enum report_format format; /* `check`: text or json */
     char *config_file;
     struct config_kv kafka[CONFIG_MAX_KAFKA_PROPS]; /* in order given */
     size_t nkafka;

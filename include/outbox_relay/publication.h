@@ -24,10 +24,30 @@
 #ifndef OUTBOX_RELAY_PUBLICATION_H
 #define OUTBOX_RELAY_PUBLICATION_H
 
+#include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
 
 struct slot; /* slot.h */
+
+/* What an existing publication means for the relayer (the rules above),
+ * first rule broken first. */
+enum publication_verdict {
+    PUBLICATION_OK = 0,
+    PUBLICATION_NO_INSERT,       /* publish does not include insert */
+    PUBLICATION_NOT_VIA_ROOT,    /* partitioned outbox without publish_via_partition_root */
+    PUBLICATION_NOT_COVERED,     /* the outbox table is not in it */
+    PUBLICATION_COLUMN_LEFT_OUT, /* a column list leaves out a column the relayer reads */
+    PUBLICATION_ROW_FILTER,      /* usable, but a row filter drops rows (a warning) */
+};
+
+/* The verdict. attnames: the column list as comma-separated names (NULL or
+ * "": none); rowfilter NULL or "": none. *column gets the column left out
+ * (PUBLICATION_COLUMN_LEFT_OUT), else NULL. Pure; the stream, the
+ * maintenance poll and `outbox-relay check` all judge by it. */
+enum publication_verdict publication_judge(bool pubinsert, bool viaroot, bool covers,
+                                           bool partitioned, const char *attnames,
+                                           const char *rowfilter, const char **column);
 
 /* What a publication publishes of the outbox, as publication_build_query()'s
  * row says. Strings are borrowed (a PGresult's). */
@@ -48,13 +68,18 @@ struct publication_state {
 int publication_build_query(int server_version, const char *lit_name, const char *lit_schema,
                             const char *lit_table, char *buf, size_t cap);
 
+/* publication_build_query with the names escaped for conn. */
+int publication_build_lookup(PGconn *conn, const char *name, const char *schema,
+                             const char *table, char *buf, size_t cap);
+
 /* Fills *st from that query's result row (row < 0: there was none). */
 struct pg_result;
 void publication_read_state(const struct pg_result *res, int row, struct publication_state *st);
 
 /* Why the publication name cannot serve the outbox schema.table (partitioned:
- * a partitioned table), with the statement that fixes it, into buf; NULL
- * when it can (a row filter is allowed: see publication_ensure). Pure. */
+ * a partitioned table; publication_judge's verdict), with the statement that
+ * fixes it, into buf; NULL when it can (a row filter is allowed: see
+ * publication_ensure). Pure. */
 const char *publication_problem(const struct publication_state *st, const char *name,
                                 const char *schema, const char *table, bool partitioned,
                                 char *buf, size_t cap);

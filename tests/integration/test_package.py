@@ -12,8 +12,10 @@ Debian package.
                                          metadata (Depends from what the binaries
                                          link, the file list), then dpkg -i on this
                                          machine, the installed programs, pages
-                                         and unit (systemd-analyze verify), and
-                                         dpkg --purge: the machine as it was
+                                         and unit (systemd-analyze verify), the
+                                         installed `outbox-relay check` against a
+                                         test PostgreSQL cluster, and dpkg --purge:
+                                         the machine as it was
 
 test_debian_package needs root (CI runs as root on a throwaway machine) and
 skips otherwise, or when the package is already installed here (it could
@@ -320,7 +322,7 @@ def test_debian_package(tmp_path):
     try:
         assert res.returncode == 0, res.stdout + res.stderr
         assert installed(PACKAGE)
-        check_installed()
+        check_installed(tmp_path)
     finally:
         res = dpkg("--purge", PACKAGE)
         if not user_existed and account_exists("passwd", "outbox-relay"):
@@ -336,7 +338,7 @@ def test_debian_package(tmp_path):
         assert not os.path.exists("/etc/outbox-relay"), "purge left /etc/outbox-relay"
 
 
-def check_installed():
+def check_installed(tmp_path):
     """The installed package as a user meets it."""
     for program in PROGRAMS:
         path = "/usr/bin/" + program
@@ -371,3 +373,34 @@ def check_installed():
     res = run([sa, "verify", unit], check=False)
     assert res.returncode == 0 and (res.stdout + res.stderr).strip() == "", \
         res.stdout + res.stderr
+
+    check_preflight(str(tmp_path))
+
+
+def check_preflight(log_dir):
+    """The installed `outbox-relay check` against a test PostgreSQL cluster
+    set up from the installed sql/ (and the mock broker): every check
+    passes, exit 0; with the broker gone, the Kafka check fails, exit 1."""
+    pg = harness.PgCluster(settings={"wal_sender_timeout": "60s",
+                                     "max_slot_wal_keep_size": "1GB"}, load_schema=False)
+    broker = None
+    try:
+        pg.load_sql_dir("/usr/share/outbox-relay/sql")
+        pg.query("INSERT INTO events_outbox (aggregate_id, type, payload) "
+                 "VALUES (gen_random_uuid(), 'order.placed', '{}')")
+        broker = harness.MockBroker(log_dir)
+        broker.cmd("topic order")
+        argv = ["/usr/bin/outbox-relay", "check", "--dsn", pg.dsn(user="outbox_relay"),
+                "--brokers", broker.bootstrap]
+        res = run(argv, env=clean_env(), check=False)
+        assert res.returncode == 0, res.stdout + res.stderr
+        lines = [line for line in res.stdout.splitlines() if not line.startswith("check:")]
+        assert len(lines) >= 18 and all(line.startswith("PASS ") for line in lines), res.stdout
+        broker.cmd("down")
+        res = run(argv + ["--format", "json"], env=clean_env(), check=False)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert '{"check": "kafka", "status": "FAIL"' in res.stdout, res.stdout
+    finally:
+        if broker is not None:
+            broker.cleanup()
+        pg.cleanup()
