@@ -6,11 +6,14 @@
                                             command) runs for a few seconds and exits
                                             0: every committed order arrived in the
                                             broker, no rolled-back one did, and it left
-                                            no process behind
+                                            no process behind; also with
+                                            DEMO_PLUGIN=pgoutput
 """
 import os
 import re
 import subprocess
+
+import pytest
 
 from harness import REPO_ROOT, build_dir
 
@@ -33,12 +36,15 @@ def demo_processes():
     return set(p.stdout.split())
 
 
-def test_demo_end_to_end():
+@pytest.mark.parametrize("plugin", ["default", "pgoutput"])
+def test_demo_end_to_end(plugin):
     before = demo_processes()
     # The setup step (apt-get + build) is what tests/run.sh has just done;
     # skip it here so that the test runs against the build under test.
     env = dict(os.environ, DEMO_SECONDS="6", DEMO_INTERVAL="0.5", OUTBOX_SKIP_SETUP="1",
                OUTBOX_RELAY_BUILD=build_dir())
+    if plugin == "pgoutput":
+        env["DEMO_PLUGIN"] = "pgoutput"
     cmd = readme_commands()[0].split()
     p = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=180)

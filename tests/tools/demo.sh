@@ -17,7 +17,9 @@
 # build/ (incremental; OUTBOX_SKIP_SETUP=1 skips it).
 # Env: OUTBOX_RELAY_BUILD (default <repo>/build), DEMO_SECONDS (0 = until
 #      Ctrl-C), DEMO_INTERVAL (seconds between orders, default 1),
-#      DEMO_ROLLBACK_EVERY (every Nth order is rolled back, default 4).
+#      DEMO_ROLLBACK_EVERY (every Nth order is rolled back, default 4),
+#      DEMO_PLUGIN (wal2json, the default, or pgoutput: the relayer's --plugin;
+#      the publication is sql/008_publication.sql's, loaded with the schema).
 
 set -uo pipefail
 
@@ -27,6 +29,7 @@ BUILD=${OUTBOX_RELAY_BUILD:-$REPO/build}
 DEMO_SECONDS=${DEMO_SECONDS:-0}
 DEMO_INTERVAL=${DEMO_INTERVAL:-1}
 DEMO_ROLLBACK_EVERY=${DEMO_ROLLBACK_EVERY:-4}
+DEMO_PLUGIN=${DEMO_PLUGIN:-wal2json}
 
 # shellcheck source=tests/tools/pglib.sh
 . "$HERE/pglib.sh"
@@ -47,7 +50,7 @@ for c in kcat psql runuser; do
     command -v "$c" >/dev/null || die "$c not found: apt-get install postgresql-15 postgresql-15-wal2json kcat"
 done
 [ -x "$PGL_BIN/initdb" ] || die "PostgreSQL 15 not found in $PGL_BIN: apt-get install postgresql-15"
-[ -f "$(dirname "$PGL_BIN")/lib/wal2json.so" ] || die "wal2json not found: apt-get install postgresql-15-wal2json"
+[ "$DEMO_PLUGIN" = pgoutput ] || [ -f "$(dirname "$PGL_BIN")/lib/wal2json.so" ] || die "wal2json not found: apt-get install postgresql-15-wal2json"
 
 # --- state and cleanup -----------------------------------------------------------
 WORK=$(mktemp -d /tmp/outbox-demo.XXXXXX)
@@ -124,8 +127,8 @@ say "Kafka-protocol broker (librdkafka mock cluster) at $BOOTSTRAP, topic 'order
 
 # --- outbox-relay --------------------------------------------------------------------
 DSN="host=127.0.0.1 port=$PGPORT dbname=postgres user=outbox_relay"
-say "starting: outbox-relay --dsn '$DSN' --brokers $BOOTSTRAP --status-interval 1"
-setsid "$BUILD/outbox-relay" --dsn "$DSN" --brokers "$BOOTSTRAP" --status-interval 1 \
+say "starting: outbox-relay --dsn '$DSN' --brokers $BOOTSTRAP --plugin $DEMO_PLUGIN --status-interval 1"
+setsid "$BUILD/outbox-relay" --dsn "$DSN" --brokers "$BOOTSTRAP" --plugin "$DEMO_PLUGIN" --status-interval 1 \
     2>"$WORK/relay.log" &
 RELAY_PID=$!
 # shellcheck disable=SC2016  # $1 is expanded by the inner bash
