@@ -303,6 +303,7 @@ static int reap(struct maint *mt)
     const struct relay_config *cfg = mt->cfg;
     struct reaper_options ro = {.slot = cfg->slot, .table_schema = cfg->table_schema,
                                 .table_name = cfg->table_name, .retention = cfg->retention,
+                                .created_at_column = cfg->columns.created_at,
                                 .batch = cfg->reap_batch, .pause = cfg->reap_pause,
                                 .confirm_wait = REAPER_CONFIRM_WAIT,
                                 .should_stop = reaper_should_stop, .tick = reaper_tick,

@@ -14,8 +14,34 @@
 
 #include "outbox_relay/jscan.h"
 
-const struct w2j_columns_map W2J_DEFAULT_COLUMNS = {"id", "aggregate_id", "type", "payload",
-                                                    "created_at"};
+const struct w2j_columns_map W2J_DEFAULT_COLUMNS = {.id = "id",
+                                                    .aggregate_id = "aggregate_id",
+                                                    .type = "type",
+                                                    .payload = "payload",
+                                                    .created_at = "created_at"};
+
+int outbox_columns_extra_index(const struct w2j_columns_map *map, const char *name)
+{
+    for (size_t i = 0; i < map->nextra; i++)
+        if (strcmp(map->extra[i].column, name) == 0)
+            return (int) i;
+    return -1;
+}
+
+int outbox_columns_add_extra(struct w2j_columns_map *map, const char *column,
+                             const char *header)
+{
+    int i = outbox_columns_extra_index(map, column);
+    if (i >= 0) {
+        if (map->extra[i].header == NULL)
+            map->extra[i].header = header;
+        return i;
+    }
+    if (map->nextra >= OUTBOX_MAX_EXTRA)
+        return -1;
+    map->extra[map->nextra] = (struct outbox_extra_column){column, header};
+    return (int) map->nextra++;
+}
 
 /* ------------------------------------------------------------- scratch */
 
@@ -62,6 +88,7 @@ void outbox_event_reset(struct outbox_event *ev, lsn_t lsn)
     ev->created_at = NULL;
     ev->created_at_len = 0;
     ev->lsn = lsn;
+    memset(ev->extra, 0, sizeof ev->extra);
 }
 
 #if defined(__GNUC__)
@@ -98,6 +125,51 @@ int outbox_event_set_id(struct outbox_event *ev, const char *text, size_t len, b
     memcpy(ev->event_id, text, len);
     ev->event_id[len] = '\0';
     return 0;
+}
+
+int outbox_event_set_text_id(struct outbox_event *ev, const char *text, size_t len)
+{
+    if (len == 0 || len >= sizeof ev->event_id)
+        return -1;
+    for (size_t k = 0; k < len; k++)
+        if ((unsigned char) text[k] < 0x20 || text[k] == 0x7f)
+            return -1;
+    memcpy(ev->event_id, text, len);
+    ev->event_id[len] = '\0';
+    return 0;
+}
+
+static inline int hex_value(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+long outbox_hex_decode(const char *text, size_t len, char *out)
+{
+    if (len % 2 != 0)
+        return -1;
+    size_t n = len / 2;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_value((unsigned char) text[2 * i]);
+        int lo = hex_value((unsigned char) text[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (char) (hi << 4 | lo);
+    }
+    return (long) n;
+}
+
+long outbox_bytea_decode(const char *text, size_t len, char *out)
+{
+    if (len < 2 || text[0] != '\\' || text[1] != 'x')
+        return -1;
+    return outbox_hex_decode(text + 2, len - 2, out);
 }
 
 void outbox_event_set_message_id(struct outbox_event *ev)

@@ -22,10 +22,15 @@
 
 #include "outbox_relay/log.h"
 #include "outbox_relay/options.h" /* struct config_kv, CONFIG_*, enum config_result */
+#include "outbox_relay/outbox_event.h" /* struct w2j_columns_map */
 
 enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS };
 enum poison_policy { POISON_HALT = 0, POISON_DEAD_LETTER };
 enum relay_plugin { PLUGIN_WAL2JSON = 0, PLUGIN_PGOUTPUT };
+/* The outbox table's layout: ours (sql/001_outbox.sql) or Debezium's
+ * outbox event router table (id uuid, aggregatetype, aggregateid, type,
+ * payload). */
+enum relay_layout { LAYOUT_DEFAULT = 0, LAYOUT_DEBEZIUM };
 
 struct relay_config {
     enum relay_command command;
@@ -37,7 +42,19 @@ struct relay_config {
     char *table;        /* as given: "schema.table" */
     char *table_schema; /* split and validated */
     char *table_name;
-    char *topic;        /* template: {type} {prefix}, or a fixed topic */
+    char *topic;        /* template: {type} {prefix} {column}, or a fixed topic;
+                           default by layout */
+    enum relay_layout layout;
+    char *column_id;    /* --column-*: as given (NULL: the layout's); */
+    char *column_key;   /* "" or "none": no such column (key, created-at) */
+    char *column_type;
+    char *column_payload;
+    char *column_created_at;
+    char *header_columns; /* --header-column NAME[:HEADER], ','-joined */
+    /* Built by config_load from the above: names point into cfg. */
+    struct w2j_columns_map columns;
+    const char *id_header; /* the event id also under this header (Debezium: "id") */
+    char *extra_strs[3 * OUTBOX_MAX_EXTRA]; /* owned names of columns' extras */
     char *message_prefix; /* logical-message prefix ("" = off) */
     long max_inflight;
     long max_inflight_bytes;

@@ -47,6 +47,7 @@ struct reap {
     const char *slot;
     bool slots_table; /* public.outbox_relay_slots exists */
     char mark_x[24]; /* res->used.xmin as decimal text, for the queries */
+    char created_at[70]; /* the timestamp column, quoted, for the queries */
     char pqmsg[REAPER_ERRLEN]; /* pq_reason's buffer */
 };
 
@@ -57,6 +58,9 @@ struct reap {
  * unique across partitions. Pure; exposed for tests. Returns the length or
  * -1 when buf is too small. */
 int reaper_build_delete(const char *table, bool partitioned, char *buf, size_t cap);
+/* The same on another timestamp column (column: quoted as needed). */
+int reaper_build_delete_on(const char *table, const char *column, bool partitioned, char *buf,
+                           size_t cap);
 
 /* Whether should_stop asks to stop (never in reaper_take_mark). */
 bool reap_stopping(const struct reap *r);

@@ -291,8 +291,50 @@ static void test_scratch(void)
     w2j_scratch_free(&s); /* twice is harmless */
 }
 
+static void test_bytea_and_extras(void)
+{
+    char out[16];
+    CHECK_EQ_INT(outbox_bytea_decode("\\x00ff41", 8, out), 3);
+    CHECK(memcmp(out, "\x00\xff\x41", 3) == 0);
+    CHECK_EQ_INT(outbox_bytea_decode("\\xAbCd", 6, out), 2);
+    CHECK(memcmp(out, "\xab\xcd", 2) == 0);
+    CHECK_EQ_INT(outbox_bytea_decode("\\x", 2, out), 0);
+    CHECK_EQ_INT(outbox_bytea_decode("\\x0", 3, out), -1);      /* odd */
+    CHECK_EQ_INT(outbox_bytea_decode("\\x0g", 4, out), -1);     /* not hex */
+    CHECK_EQ_INT(outbox_bytea_decode("\\000abc", 7, out), -1);  /* bytea_output = escape */
+    CHECK_EQ_INT(outbox_bytea_decode("00", 2, out), -1);         /* no \x */
+    CHECK_EQ_INT(outbox_hex_decode("00ff", 4, out), 2);
+    CHECK_EQ_INT(outbox_hex_decode("", 0, out), 0);
+    /* in place: the output never overtakes the input */
+    char inplace[] = "\\x6869212121";
+    CHECK_EQ_INT(outbox_bytea_decode(inplace, strlen(inplace), inplace), 5);
+    CHECK(memcmp(inplace, "hi!!!", 5) == 0);
+
+    struct outbox_event ev;
+    outbox_event_reset(&ev, 1);
+    CHECK_EQ_INT(outbox_event_set_text_id(&ev, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b", 36), 0);
+    CHECK(strcmp(ev.event_id, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b") == 0);
+    CHECK_EQ_INT(outbox_event_set_text_id(&ev, "", 0), -1);
+    CHECK_EQ_INT(outbox_event_set_text_id(&ev, "a\nb", 3), -1);
+    CHECK(strcmp(ev.event_id, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b") == 0); /* unchanged */
+
+    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", NULL), 0);
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", "x-tenant"), 0); /* gets the header */
+    CHECK(strcmp(m.extra[0].header, "x-tenant") == 0);
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", "other"), 0);    /* keeps it */
+    CHECK(strcmp(m.extra[0].header, "x-tenant") == 0);
+    CHECK_EQ_INT(outbox_columns_extra_index(&m, "tenant"), 0);
+    CHECK_EQ_INT(outbox_columns_extra_index(&m, "nope"), -1);
+    static const char *const names[] = {"a", "b", "c", "d", "e", "f", "g"};
+    for (int i = 0; i < 7; i++)
+        CHECK_EQ_INT(outbox_columns_add_extra(&m, names[i], NULL), i + 1);
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "h", NULL), -1); /* OUTBOX_MAX_EXTRA */
+}
+
 int main(void)
 {
+    test_bytea_and_extras();
     test_timestamps();
     test_timestamp_text();
     test_ids();

@@ -1,0 +1,185 @@
+"""test_layouts.py — outbox tables of other layouts (issue 15): column
+mapping, Debezium's table, payload and id types, {column} topics, the
+startup check, and the backfill of such a table. Once per output plugin.
+
+  test_debezium_layout_jsonb
+      Debezium's outbox table (id uuid, aggregatetype, aggregateid, type,
+      payload jsonb) with --layout debezium and nothing else: records on
+      outbox.event.<aggregatetype>, key aggregateid, value the payload as
+      PostgreSQL prints it, headers id and event_id the uuid, event_type
+  test_debezium_layout_bytea_and_text[bytea|text]
+      the same table with a bytea payload (raw bytes published unchanged:
+      NUL, 0xff, not UTF-8) or a text payload (as is, not JSON)
+  test_column_mapping
+      a table of its own names mapped with --column-*: bigint id under
+      another name, a text id, no key column, {column} in the topic
+  test_missing_column_is_refused_at_startup
+      the default layout on a Debezium table: the relayer exits before
+      making a slot, naming the column and the option; a {column} of
+      --topic the table lacks is refused the same way
+  test_backfill_debezium_table
+      rows of a Debezium table committed before the slot existed are
+      published by --backfill pending, like streamed ones
+"""
+
+import os
+import uuid
+
+import pytest
+
+import harness
+from harness import wait_until
+
+pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+
+SLOT = "outbox_relay"
+
+DEBEZIUM_TABLE = """
+CREATE TABLE public.outbox (
+    id uuid PRIMARY KEY,
+    aggregatetype varchar(255) NOT NULL,
+    aggregateid varchar(255) NOT NULL,
+    type varchar(255) NOT NULL,
+    payload %s
+)"""
+
+
+def debezium_table(pg, payload_type="jsonb", extra=""):
+    pg.query(DEBEZIUM_TABLE % (payload_type + extra))
+
+
+def start(relayer, pg, broker, *extra):
+    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--slot", SLOT, *extra)
+    r.wait_for_log(r"streaming public\.", timeout=30)
+    return r
+
+
+def insert_debezium(pg, rows):
+    """rows: [(aggregatetype, aggregateid, type, payload)] in one
+    transaction; returns the uuids."""
+    ids = [str(uuid.uuid4()) for _ in rows]
+    with pg.connect(autocommit=False) as conn:
+        with conn.cursor() as cur:
+            for i, (agt, agg, typ, pay) in zip(ids, rows):
+                cur.execute("INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, "
+                            "payload) VALUES (%s, %s, %s, %s, %s)", (i, agt, agg, typ, pay))
+        conn.commit()
+    conn.close()
+    return ids
+
+
+def by_id(msgs):
+    return {m.headers["event_id"]: m for m in msgs}
+
+
+def test_debezium_layout_jsonb(pg, broker, kafka, relayer):
+    debezium_table(pg)
+    r = start(relayer, pg, broker, "--table", "public.outbox", "--layout", "debezium")
+    rows = [("order", "o-1", "OrderCreated", '{"id": 1, "lines": [1, 2]}'),
+            ("order", "o-2", "OrderCreated", '{"id": 2}'),
+            ("customer", "c-9", "CustomerMoved", '{"city": "Zürich \\"Nord\\""}')]
+    ids = insert_debezium(pg, rows)
+    orders = by_id(kafka.read("outbox.event.order", 2))
+    customers = by_id(kafka.read("outbox.event.customer", 1))
+    assert set(orders) == set(ids[:2]) and set(customers) == {ids[2]}
+    got = {**orders, **customers}
+    for i, (agt, agg, typ, pay) in zip(ids, rows):
+        m = got[i]
+        expect = pg.scalar("SELECT payload::text FROM public.outbox WHERE id = %s", (i,))
+        assert m.key == agg
+        assert m.raw_value == expect.encode("utf-8")
+        assert m.headers["id"] == i
+        assert m.headers["event_type"] == typ
+        assert "created_at" not in m.headers  # Debezium's table has no timestamp
+    assert r.running()
+
+
+@pytest.mark.parametrize("payload_type", ["bytea", "text"])
+def test_debezium_layout_bytea_and_text(pg, broker, kafka, relayer, payload_type):
+    debezium_table(pg, payload_type)
+    start(relayer, pg, broker, "--table", "public.outbox", "--layout", "debezium")
+    if payload_type == "bytea":
+        import psycopg2
+        values = [b"\x00\x01\xff\xfe binary \x80", b"", bytes(range(256)) * 40]
+        params = [psycopg2.Binary(v) for v in values]
+    else:
+        values = [b"not json {", "\tunicode \u00e9 \\ \"q\"\n".encode("utf-8"), b"x" * 9000]
+        params = [v.decode("utf-8") for v in values]
+    ids = insert_debezium(pg, [("blob", "k%d" % n, "Blob", p) for n, p in enumerate(params)])
+    msgs = by_id(kafka.read("outbox.event.blob", len(values)))
+    assert set(msgs) == set(ids)
+    for n, (i, v) in enumerate(zip(ids, values)):
+        assert msgs[i].raw_value == v, "payload %d changed on the way" % n
+        assert msgs[i].key == "k%d" % n
+
+
+def test_column_mapping(pg, broker, kafka, relayer):
+    pg.query("CREATE TABLE public.my_events (event_no bigint GENERATED ALWAYS AS IDENTITY, "
+             "kind text NOT NULL, region text, body json, occurred_at timestamptz NOT NULL "
+             "DEFAULT now())")
+    r = start(relayer, pg, broker, "--table", "public.my_events", "--column-id", "event_no",
+          "--column-key", "none", "--column-type", "kind", "--column-payload", "body",
+          "--column-created-at", "occurred_at", "--topic", "ev.{region}.{prefix}")
+    pg.query("INSERT INTO public.my_events (kind, region, body) VALUES "
+             "('order.placed', 'eu', '{\"a\":  1}'), ('order.paid', 'us', '[1,2]')")
+    eu = kafka.read("ev.eu.order", 1)
+    us = kafka.read("ev.us.order", 1)
+    assert [m.value for m in eu] == ['{"a":  1}']  # json: as written
+    assert [m.value for m in us] == ["[1,2]"]
+    assert eu[0].key is None
+    assert eu[0].headers["event_type"] == "order.placed"
+    assert eu[0].headers["event_id"] == str(pg.scalar(
+        "SELECT event_no FROM public.my_events WHERE region = 'eu'"))
+    assert eu[0].headers["created_at"].startswith("20")
+
+    # a NULL {column}: no topic for the event, a poison event (halts by default)
+    pg.query("INSERT INTO public.my_events (kind, region, body) VALUES ('order.x', NULL, '1')")
+    assert r.wait_exit(timeout=30) == 1
+    assert "a {column} that is NULL gives none" in r.log_text()
+
+
+def test_text_ids(pg, broker, kafka, relayer):
+    pg.query("CREATE TABLE public.text_outbox (id text PRIMARY KEY, aggregate_id text, "
+             "type text NOT NULL, payload jsonb, created_at timestamptz DEFAULT now())")
+    start(relayer, pg, broker, "--table", "public.text_outbox")
+    pg.query("INSERT INTO public.text_outbox (id, aggregate_id, type, payload) VALUES "
+             "('evt_2026_0001', 'a', 'order.placed', '{}'), ('ÄÖ-ü', 'b', 'order.placed', '1')")
+    msgs = kafka.read("order", 2)
+    assert sorted(m.headers["event_id"] for m in msgs) == sorted(["evt_2026_0001", "ÄÖ-ü"])
+
+
+def test_missing_column_is_refused_at_startup(pg, broker, relayer):
+    debezium_table(pg)
+    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--table", "public.outbox")
+    assert r.wait_exit(timeout=30) == 1
+    log = r.log_text()
+    assert 'no column "aggregate_id" (--column-key)' in log, log
+    assert "--layout" in log
+    assert pg.scalar("SELECT count(*) FROM pg_replication_slots") == 0
+
+    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--table", "public.outbox",
+                "--layout", "debezium", "--topic", "x.{tenant}")
+    assert r.wait_exit(timeout=30) == 1
+    assert 'no column "tenant" (named by a {column} of --topic)' in r.log_text()
+    assert pg.scalar("SELECT count(*) FROM pg_replication_slots") == 0
+
+
+def test_backfill_debezium_table(pg, broker, kafka, relayer):
+    debezium_table(pg, "bytea")
+    pg.query("INSERT INTO public.outbox SELECT gen_random_uuid(), 'order', 'agg' || (g % 7), "
+             "'OrderCreated', convert_to('row ' || g, 'UTF8') || '\\x00ff'::bytea "
+             "FROM generate_series(1, 300) g")
+    before = {str(i): bytes(p) for i, p in pg.query("SELECT id, payload FROM public.outbox")}
+    r = start(relayer, pg, broker, "--table", "public.outbox", "--layout", "debezium",
+              "--backfill", "pending")
+    ids = insert_debezium(pg, [("order", "agg1", "OrderCreated", b"streamed\x00")])
+    msgs = kafka.read("outbox.event.order", 301)
+    got = {}
+    for m in msgs:
+        got.setdefault(m.headers["event_id"], m)
+    assert set(got) == set(before) | set(ids)
+    for i, v in before.items():
+        assert got[i].raw_value == v
+        assert got[i].headers["id"] == i
+    assert got[ids[0]].raw_value == b"streamed\x00"
+    assert r.running()
