@@ -20,6 +20,12 @@ startup check, and the backfill of such a table. Once per output plugin.
   test_backfill_debezium_table
       rows of a Debezium table committed before the slot existed are
       published by --backfill pending, like streamed ones
+  test_header_columns
+      --header-column NAME[:HEADER], twice: each column a header, a NULL
+      one none, also for a logical message's event (no columns: none)
+  test_trace_context_columns
+      traceparent and tracestate columns become the W3C headers with no
+      flag at all (streamed and backfilled rows)
 """
 
 import os
@@ -183,3 +189,43 @@ def test_backfill_debezium_table(pg, broker, kafka, relayer):
         assert got[i].headers["id"] == i
     assert got[ids[0]].raw_value == b"streamed\x00"
     assert r.running()
+
+
+def test_header_columns(pg, broker, kafka, relayer):
+    pg.query("ALTER TABLE events_outbox ADD COLUMN tenant_id text, ADD COLUMN schema_version int")
+    start(relayer, pg, broker, "--header-column", "tenant_id:x-tenant",
+          "--header-column", "schema_version")
+    a, b, c = (str(uuid.uuid4()) for _ in range(3))
+    pg.query("INSERT INTO events_outbox (aggregate_id, type, payload, tenant_id, schema_version) "
+             "VALUES (%s, 'order.placed', '{}', 'acme', 3), (%s, 'order.placed', '{}', NULL, NULL)",
+             (a, b))
+    pg.query("SELECT outbox_emit_message(%s, 'order.paid', '{}')", (c,))
+    msgs = {m.key: m for m in kafka.read("order", 3)}
+    assert set(msgs) == {a, b, c}
+    assert msgs[a].headers["x-tenant"] == "acme"
+    assert msgs[a].headers["schema_version"] == "3"
+    assert "tenant_id" not in msgs[a].headers
+    assert "x-tenant" not in msgs[b].headers and "schema_version" not in msgs[b].headers
+    assert msgs[c].headers["event_type"] == "order.paid"
+    assert "x-tenant" not in msgs[c].headers
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_trace_context_columns(pg, broker, kafka, relayer):
+    pg.query("ALTER TABLE events_outbox ADD COLUMN traceparent text, ADD COLUMN tracestate text")
+    a, b, c = (str(uuid.uuid4()) for _ in range(3))
+    pg.query("INSERT INTO events_outbox (aggregate_id, type, payload, traceparent) "
+             "VALUES (%s, 'order.placed', '{}', %s)", (a, TRACEPARENT))
+    start(relayer, pg, broker, "--backfill", "pending")
+    pg.query("INSERT INTO events_outbox (aggregate_id, type, payload, traceparent, tracestate) "
+             "VALUES (%s, 'order.placed', '{}', %s, 'vendor=t61rcWkgMzE'), "
+             "(%s, 'order.placed', '{}', NULL, NULL)", (b, TRACEPARENT, c))
+    msgs = {m.key: m for m in kafka.read("order", 3)}
+    assert set(msgs) == {a, b, c}
+    assert msgs[a].headers["traceparent"] == TRACEPARENT  # backfilled
+    assert "tracestate" not in msgs[a].headers
+    assert msgs[b].headers["traceparent"] == TRACEPARENT  # streamed
+    assert msgs[b].headers["tracestate"] == "vendor=t61rcWkgMzE"
+    assert "traceparent" not in msgs[c].headers and "tracestate" not in msgs[c].headers
