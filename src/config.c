@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "outbox_relay/event_headers.h"
 #include "outbox_relay/options.h"
 #include "outbox_relay/topic.h"
 
@@ -30,6 +31,8 @@ static const struct option_word backfill_words[] = {{"none", 0}, {"pending", 1},
 static const struct option_word layout_words[] = {
     {"default", LAYOUT_DEFAULT}, {"debezium", LAYOUT_DEBEZIUM}, {NULL, 0}};
 _Static_assert(sizeof(enum relay_layout) == sizeof(int), "OPT_ENUM stores an int");
+static const struct option_word envelope_words[] = {
+    {"plain", EVENT_ENVELOPE_PLAIN}, {"cloudevents", EVENT_ENVELOPE_CLOUDEVENTS}, {NULL, 0}};
 
 #define OFF(field) offsetof(struct relay_config, field)
 /* A row: name, kind, field, default (NULL: none), placeholder in --help
@@ -75,6 +78,12 @@ static const struct option_def options[] = {
     OPT("header-column", OPT_LIST, header_columns, NULL, "NAME[:HEADER]",
         "also send column NAME as Kafka header HEADER (default: NAME), repeatable; a NULL "
         "column adds no header"),
+    OPT_WORDS("envelope", OPT_ENUM, envelope, "plain", "plain|cloudevents",
+              "plain: headers event_id, event_type, created_at; cloudevents: CloudEvents 1.0 "
+              "Kafka binary mode (ce_id, ce_source, ce_type, ce_time...), value unchanged",
+              envelope_words),
+    OPT("ce-source", OPT_STR, ce_source, NULL, "URI-REFERENCE",
+        "--envelope cloudevents: ce_source (default /postgresql/<database>/<schema>.<table>)"),
     OPT("message-prefix", OPT_STR, message_prefix, "outbox", "PREFIX",
         "also relay transactional logical messages with this prefix (\"\" turns it off)"),
     OPT("max-inflight", OPT_LONG, max_inflight, "10000", "N",
@@ -575,6 +584,16 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
 
     if (build_columns(cfg, err, errlen) < 0)
         return -1;
+    if (cfg->ce_source != NULL) {
+        bool ok = *cfg->ce_source != '\0' && strlen(cfg->ce_source) < 512;
+        for (const char *p = cfg->ce_source; ok && *p; p++)
+            ok = isgraph((unsigned char) *p);
+        if (!ok) {
+            snprintf(err, errlen, "--ce-source must be a URI-reference of 1 to 511 printable "
+                     "characters without spaces (e.g. /orders-service or urn:orders)");
+            return -1;
+        }
+    }
     if (topic_check_template(cfg->topic, err, errlen) < 0)
         return -1;
     if (add_topic_columns(cfg, err, errlen) < 0)

@@ -113,55 +113,6 @@ static int pgo_decode(struct decoder *d, const char *data, size_t len, lsn_t wal
     return 0;
 }
 
-/* Days since 1970-01-01 to a civil date (the inverse of outbox_event.c's
- * days_from_civil). */
-static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
-{
-    z += 719468;
-    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    int64_t doe = z - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    *d = (int) (doy - (153 * mp + 2) / 5 + 1);
-    *m = (int) (mp < 10 ? mp + 3 : mp - 9);
-    *y = yoe + era * 400 + (*m <= 2);
-}
-
-/* A commit time as PostgreSQL prints a timestamptz in UTC (DateStyle ISO:
- * "2026-03-01 10:00:00.123+00", trailing fraction zeros dropped) into buf
- * (at least 40 bytes). Returns the length, or 0 outside years 1..9999. */
-static size_t format_utc(int64_t unix_usec, char *buf)
-{
-    int64_t secs = unix_usec / 1000000, frac = unix_usec % 1000000;
-    if (frac < 0) {
-        frac += 1000000;
-        secs--;
-    }
-    int64_t days = secs / 86400, rem = secs % 86400;
-    if (rem < 0) {
-        rem += 86400;
-        days--;
-    }
-    int64_t y;
-    int mo, d;
-    civil_from_days(days, &y, &mo, &d);
-    if (y < 1 || y > 9999)
-        return 0;
-    int n = snprintf(buf, 40, "%04" PRId64 "-%02d-%02d %02d:%02d:%02d", y, mo, d,
-                     (int) (rem / 3600), (int) (rem / 60 % 60), (int) (rem % 60));
-    if (frac != 0) {
-        int digits = 6;
-        while (frac % 10 == 0) {
-            frac /= 10;
-            digits--;
-        }
-        n += snprintf(buf + n, (size_t) (40 - n), ".%0*" PRId64, digits, frac);
-    }
-    n += snprintf(buf + n, (size_t) (40 - n), "+00");
-    return (size_t) n;
-}
-
 enum { C_ID, C_AGG, C_TYPE, C_PAYLOAD, C_CREATED, C_EXTRA };
 
 #define OID_BYTEA 17
@@ -304,7 +255,7 @@ static int message_event(struct decoder_pgo *g, struct outbox_event *ev, char *e
                                    errlen) < 0)
         return -1;
     if (m->transactional && g->in_tx)
-        ts_len = format_utc(unix_us(g->commit_pg_us), ts);
+        ts_len = outbox_time_format(unix_us(g->commit_pg_us), false, ts);
     if (ts_len > 0) {
         char *at = g->scratch.buf + g->scratch.len;
         memcpy(at, ts, ts_len);

@@ -83,6 +83,7 @@ int layout_apply(struct w2j_columns_map *map, const struct layout_column *cols, 
         return -1;
     }
     map->payload_bytea = strcmp(pay_type, "bytea") == 0;
+    map->payload_text = strcmp(pay_type, "text") == 0 || strcmp(pay_type, "character varying") == 0;
     if (strcmp(found[2]->type, "bytea") == 0) {
         snprintf(err, errlen, "the outbox table %s: type column \"%s\" (--column-type) is "
                  "bytea; event types are text", table, map->type);

@@ -88,6 +88,7 @@ void outbox_event_reset(struct outbox_event *ev, lsn_t lsn)
     ev->created_at = NULL;
     ev->created_at_len = 0;
     ev->lsn = lsn;
+    ev->message = false;
     memset(ev->extra, 0, sizeof ev->extra);
 }
 
@@ -175,6 +176,7 @@ long outbox_bytea_decode(const char *text, size_t len, char *out)
 void outbox_event_set_message_id(struct outbox_event *ev)
 {
     snprintf(ev->event_id, sizeof ev->event_id, "m-%016" PRIX64, (uint64_t) ev->lsn);
+    ev->message = true;
 }
 
 /* ------------------------------------------------------------ envelope */
@@ -421,4 +423,50 @@ int outbox_timestamp_us(const char *p, size_t n, int64_t *unix_us)
         return -1;
     *unix_us = secs * 1000000 + frac;
     return 0;
+}
+
+/* Days since 1970-01-01 to a civil date (the inverse of days_from_civil). */
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = (int) (doy - (153 * mp + 2) / 5 + 1);
+    *m = (int) (mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+size_t outbox_time_format(int64_t unix_usec, bool rfc3339, char *buf)
+{
+    int64_t secs = unix_usec / 1000000, frac = unix_usec % 1000000;
+    if (frac < 0) {
+        frac += 1000000;
+        secs--;
+    }
+    int64_t days = secs / 86400, rem = secs % 86400;
+    if (rem < 0) {
+        rem += 86400;
+        days--;
+    }
+    int64_t y;
+    int mo, d;
+    civil_from_days(days, &y, &mo, &d);
+    if (y < 1 || y > 9999)
+        return 0;
+    int n = snprintf(buf, OUTBOX_TIME_MAX, "%04" PRId64 "-%02d-%02d%c%02d:%02d:%02d", y, mo, d,
+                     rfc3339 ? 'T' : ' ', (int) (rem / 3600), (int) (rem / 60 % 60),
+                     (int) (rem % 60));
+    if (frac != 0) {
+        int digits = 6;
+        while (frac % 10 == 0) {
+            frac /= 10;
+            digits--;
+        }
+        n += snprintf(buf + n, (size_t) (OUTBOX_TIME_MAX - n), ".%0*" PRId64, digits, frac);
+    }
+    n += snprintf(buf + n, (size_t) (OUTBOX_TIME_MAX - n), rfc3339 ? "Z" : "+00");
+    return (size_t) n;
 }

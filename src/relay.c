@@ -159,6 +159,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     }
     struct sink_options sko = {.brokers = cfg->brokers, .topic_template = cfg->topic,
                                .columns = &r->columns, .id_header = cfg->id_header,
+                               .envelope = cfg->envelope, .ce_source = cfg->ce_source,
                                .kafka = kafka, .nkafka = cfg->nkafka};
     r->sink = sink_new(&sko, relay_on_report, r, err, errlen);
     if (r->sink == NULL) {

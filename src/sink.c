@@ -34,6 +34,7 @@ struct sink {
     const char *topic_template;
     const struct w2j_columns_map *columns; /* extra columns: headers, topic */
     struct event_headers_options headers;
+    char ce_source[512];
     /* The template's {column}s as extra indexes: the topic cache is then
      * keyed by their values (and the type when {type}/{prefix} is used). */
     bool topic_by_type;
@@ -94,6 +95,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         rd_kafka_message_headers(m, &hdrs);
         header_str(hdrs, "event_id", event_id, sizeof event_id);
         header_str(hdrs, "event_type", event_type, sizeof event_type);
+        if (event_id[0] == '\0') /* --envelope cloudevents */
+            header_str(hdrs, "ce_id", event_id, sizeof event_id);
+        if (event_type[0] == '\0')
+            header_str(hdrs, "ce_type", event_type, sizeof event_type);
     }
 
     struct sink_report rep = {
@@ -158,7 +163,11 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
     sk->topic_template = opts->topic_template;
     sk->columns = opts->columns;
     sk->headers = (struct event_headers_options){.map = opts->columns,
-                                                 .id_header = opts->id_header};
+                                                 .id_header = opts->id_header,
+                                                 .envelope = opts->envelope,
+                                                 .ce_source = sk->ce_source};
+    if (opts->ce_source != NULL)
+        snprintf(sk->ce_source, sizeof sk->ce_source, "%s", opts->ce_source);
     sk->topic_by_type = topic_uses_type(opts->topic_template);
     {
         const char *pos = opts->topic_template;
@@ -495,6 +504,16 @@ bool sink_brokers_up(const struct sink *sk)
 const char *sink_last_topic(const struct sink *sk)
 {
     return sk->last_topic;
+}
+
+bool sink_needs_ce_source(const struct sink *sk)
+{
+    return sk->headers.envelope == EVENT_ENVELOPE_CLOUDEVENTS && sk->ce_source[0] == '\0';
+}
+
+void sink_set_ce_source(struct sink *sk, const char *source)
+{
+    snprintf(sk->ce_source, sizeof sk->ce_source, "%s", source);
 }
 
 const char *sink_errstr(const struct sink *sk)

@@ -105,6 +105,11 @@ const char *stream_errstr(const struct stream *s)
     return s->errstr;
 }
 
+const char *stream_database(const struct stream *s)
+{
+    return s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK ? PQdb(s->conn) : NULL;
+}
+
 bool stream_connected(const struct stream *s)
 {
     return s->conn != NULL;

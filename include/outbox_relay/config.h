@@ -51,6 +51,8 @@ struct relay_config {
     char *column_payload;
     char *column_created_at;
     char *header_columns; /* --header-column NAME[:HEADER], ','-joined */
+    int envelope;         /* enum event_envelope (event_headers.h): --envelope */
+    char *ce_source;      /* --ce-source; NULL: /postgresql/<db>/<schema>.<table> */
     /* Built by config_load from the above: names point into cfg. */
     struct w2j_columns_map columns;
     const char *id_header; /* the event id also under this header (Debezium: "id") */

@@ -43,6 +43,7 @@ struct outbox_event {
     const char *payload;      size_t payload_len; /* bytea: the raw bytes */
     const char *created_at;   size_t created_at_len;
     lsn_t lsn;               /* the change's LSN */
+    bool message;            /* from a logical message (its payload is JSON) */
     /* The map's extra columns (struct w2j_columns_map.extra), same order;
      * all NULL for a logical message. */
     struct outbox_field extra[OUTBOX_MAX_EXTRA];
@@ -90,6 +91,7 @@ struct w2j_columns_map {
     enum outbox_id_kind id_kind;
     bool payload_bytea;       /* payload is bytea: its "\x..." text is
                                  decoded to the raw bytes */
+    bool payload_text;        /* payload is text or varchar (not JSON) */
     size_t nextra;
     struct outbox_extra_column extra[OUTBOX_MAX_EXTRA];
 };
@@ -175,5 +177,15 @@ int outbox_event_from_envelope(const char *content, size_t len, struct w2j_scrat
  * that do not fit in int64 microseconds.
  */
 int outbox_timestamp_us(const char *text, size_t len, int64_t *unix_us);
+
+/* Room for outbox_time_format()'s text. */
+#define OUTBOX_TIME_MAX 40
+
+/* Microseconds since the Unix epoch as UTC text into buf (OUTBOX_TIME_MAX
+ * bytes), trailing zeros of the fraction dropped: as PostgreSQL prints a
+ * timestamptz in UTC with DateStyle ISO ("2026-03-01 10:00:00.123+00"), or
+ * with rfc3339 as RFC 3339 wants it ("2026-03-01T10:00:00.123Z"). Returns
+ * the length, or 0 outside the years 1 to 9999. */
+size_t outbox_time_format(int64_t unix_usec, bool rfc3339, char *buf);
 
 #endif

@@ -72,6 +72,9 @@ struct sink_options {
                                    outlive the sink */
     const char *id_header;      /* the event id also under this header
                                    (NULL: only event_id) */
+    int envelope;               /* enum event_envelope (event_headers.h) */
+    const char *ce_source;      /* cloudevents: ce_source (copied); NULL:
+                                   set later with sink_set_ce_source */
     const char *const *kafka;   /* -X properties: nkafka (key, value) pairs,
                                    in order given; read only by sink_new */
     size_t nkafka;
@@ -132,6 +135,13 @@ bool sink_brokers_up(const struct sink *sk);
 const char *sink_last_topic(const struct sink *sk);
 
 const char *sink_errstr(const struct sink *sk);
+
+/* Whether events need a ce_source the sink does not have yet
+ * (--envelope cloudevents without --ce-source). */
+bool sink_needs_ce_source(const struct sink *sk);
+
+/* Sets ce_source (copied, truncated to 511 bytes). */
+void sink_set_ce_source(struct sink *sk, const char *source);
 
 /* The class of the error of the last refused sink_produce()/_raw(). */
 enum kafka_err_class sink_err_class(const struct sink *sk);

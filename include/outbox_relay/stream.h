@@ -118,6 +118,9 @@ void stream_close(struct stream *s);
 
 bool stream_connected(const struct stream *s);
 
+/* The database the connection is to (PQdb), or NULL when not connected. */
+const char *stream_database(const struct stream *s);
+
 /* True while replication is running on the connection (not while a standby
  * merely keeps its connection to look at the slot). */
 bool stream_streaming(const struct stream *s);

@@ -26,9 +26,17 @@ startup check, and the backfill of such a table. Once per output plugin.
   test_trace_context_columns
       traceparent and tracestate columns become the W3C headers with no
       flag at all (streamed and backfilled rows)
+  test_cloudevents_read_back_by_outbox_consume
+      --envelope cloudevents alone: the CloudEvents Kafka binding's binary
+      mode (ce_specversion, ce_id, ce_source naming the database and table,
+      ce_type, ce_time in RFC 3339, content-type), value unchanged, no
+      event_id header; outbox-consume takes the id from ce_id (a redelivery
+      is skipped as a duplicate) and applies each event once
 """
 
 import os
+import re
+import time
 import uuid
 
 import pytest
@@ -229,3 +237,63 @@ def test_trace_context_columns(pg, broker, kafka, relayer):
     assert msgs[b].headers["traceparent"] == TRACEPARENT  # streamed
     assert msgs[b].headers["tracestate"] == "vendor=t61rcWkgMzE"
     assert "traceparent" not in msgs[c].headers and "tracestate" not in msgs[c].headers
+
+
+@pytest.fixture
+def consume(build_dir, tmp_path):
+    start = harness.ProcessFactory(os.path.join(build_dir, "outbox-consume"), str(tmp_path),
+                                   "consumer")
+    yield start
+    start.cleanup()
+
+
+APPLY_POINTS = ("INSERT INTO loyalty_points(customer_id, points) "
+                "VALUES (($4->>'customer_id')::uuid, ($4->>'points')::int) "
+                "ON CONFLICT (customer_id) DO UPDATE "
+                "SET points = loyalty_points.points + EXCLUDED.points")
+
+
+def test_cloudevents_read_back_by_outbox_consume(pg, broker, kafka, relayer, consume):
+    with open(os.path.join(harness.REPO_ROOT, "sql", "examples", "orders.sql")) as f:
+        pg.query(f.read())
+    start(relayer, pg, broker, "--envelope", "cloudevents")
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    for cust, pts in ((a, 10), (b, 5), (a, 1)):
+        pg.query("INSERT INTO events_outbox (aggregate_id, type, payload) VALUES "
+                 "(%s, 'order.placed', json_build_object('customer_id', %s::text, "
+                 "'points', %s)::jsonb)", (cust, cust, pts))
+    rows = {str(i): (str(c), p) for i, c, p in pg.query(
+        "SELECT id, created_at, payload::text FROM events_outbox")}
+    msgs = kafka.read("order", 3)
+    assert len(msgs) == 3
+    for m in msgs:
+        h = m.headers
+        assert h["ce_specversion"] == "1.0"
+        assert h["ce_id"] in rows
+        assert h["ce_source"] == "/postgresql/postgres/public.events_outbox"
+        assert h["ce_type"] == "order.placed"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z", h["ce_time"]), h
+        assert h["content-type"] == "application/json"
+        assert "event_id" not in h and "event_type" not in h
+        assert m.value == rows[h["ce_id"]][1]  # value unchanged
+    created = pg.scalar("SELECT to_char(created_at AT TIME ZONE 'UTC', "
+                        "'YYYY-MM-DD\"T\"HH24:MI:SS') FROM events_outbox WHERE id = %s",
+                        (int(msgs[0].headers["ce_id"]),))
+    assert msgs[0].headers["ce_time"].startswith(created)
+
+    # A redelivery of the first record, with its CloudEvents headers only.
+    first = msgs[0]
+    dup = [(first.key.encode(), first.raw_value,
+            [(k, v.encode()) for k, v in first.headers.items()])]
+    assert kafka.produce("order", dup) == []
+    p = consume("--brokers", broker.bootstrap, "--group", "loyalty", "--topics", "order",
+                "--dsn", pg.dsn(), "--consumer", "loyalty", "--apply", APPLY_POINTS)
+    wait_until(lambda: pg.scalar("SELECT count(*) FROM processed_events") == 3, 60,
+               message="3 events processed")
+    time.sleep(1)
+    got = {str(c): int(n) for c, n in pg.query("SELECT customer_id, points FROM loyalty_points")}
+    assert got == {a: 11, b: 5}
+    ids = sorted(r[0] for r in pg.query("SELECT event_id FROM processed_events"))
+    assert ids == sorted(rows)
+    assert p.terminate(20) == 0
+    assert "1 duplicates" in p.log_text() or "1 duplicate" in p.log_text(), p.log_tail()

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "outbox_relay/config.h"
+#include "outbox_relay/event_headers.h"
 #include "outbox_relay/topic.h"
 
 static enum config_result load(struct relay_config *cfg, char **envp, char *err, int argc, ...)
@@ -369,6 +370,20 @@ static void test_layouts(void)
     expect_error("given twice", 9, "--dsn", "dbname=x", "--brokers", "b", "--header-column",
                  "t", "--header-column", "t:u");
     expect_error("--layout", 7, "--dsn", "dbname=x", "--brokers", "b", "--layout", "odoo");
+
+    /* --envelope and --ce-source */
+    CHECK_EQ_INT(load(&c, none, err, 5, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK_EQ_INT(c.envelope, EVENT_ENVELOPE_PLAIN);
+    CHECK(c.ce_source == NULL);
+    config_free(&c);
+    CHECK_EQ_INT(load(&c, none, err, 9, "--dsn", "dbname=d", "--brokers", "k:1", "--envelope",
+                      "cloudevents", "--ce-source", "urn:orders"), CONFIG_OK);
+    CHECK_EQ_INT(c.envelope, EVENT_ENVELOPE_CLOUDEVENTS);
+    CHECK(strcmp(c.ce_source, "urn:orders") == 0);
+    config_free(&c);
+    expect_error("--envelope", 7, "--dsn", "dbname=x", "--brokers", "b", "--envelope", "avro");
+    expect_error("--ce-source must be a URI-reference", 9, "--dsn", "dbname=x", "--brokers", "b",
+                 "--envelope", "cloudevents", "--ce-source", "my source");
 }
 
 int main(void)
