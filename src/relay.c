@@ -136,6 +136,8 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->backfill = backfill_new(&bo);
     r->bf_tracker = tracker_new(TRACKER_GROUPS, 0);
     r->partitions = partition_map_new(cfg->dsn, cfg->slot, cfg->table_schema, cfg->table_name);
+    if (r->partitions != NULL)
+        partition_map_set_columns(r->partitions, &r->columns);
     struct dispatch_options dopts = {.slot = cfg->slot, .table_schema = cfg->table_schema,
                                      .table_name = cfg->table_name,
                                      .message_prefix = cfg->message_prefix,

@@ -20,6 +20,10 @@ startup check, and the backfill of such a table. Once per output plugin.
   test_backfill_debezium_table
       rows of a Debezium table committed before the slot existed are
       published by --backfill pending, like streamed ones
+  test_partitioned_debezium_table
+      a partitioned table of Debezium's layout: rows of every partition
+      arrive (wal2json names the leaf: it is recognised by the mapped
+      columns, not ours)
   test_header_columns
       --header-column NAME[:HEADER], twice: each column a header, a NULL
       one none, also for a logical message's event (no columns: none)
@@ -197,6 +201,19 @@ def test_backfill_debezium_table(pg, broker, kafka, relayer):
         assert got[i].headers["id"] == i
     assert got[ids[0]].raw_value == b"streamed\x00"
     assert r.running()
+
+
+def test_partitioned_debezium_table(pg, broker, kafka, relayer):
+    pg.query("CREATE TABLE public.outbox (id uuid NOT NULL, aggregatetype varchar(255) NOT NULL, "
+             "aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb, "
+             "PRIMARY KEY (id, aggregatetype)) PARTITION BY LIST (aggregatetype)")
+    pg.query("CREATE TABLE public.outbox_order PARTITION OF public.outbox FOR VALUES IN ('order')")
+    pg.query("CREATE TABLE public.outbox_rest PARTITION OF public.outbox DEFAULT")
+    start(relayer, pg, broker, "--table", "public.outbox", "--layout", "debezium")
+    ids = insert_debezium(pg, [("order", "o-1", "OrderCreated", '{"n": 1}'),
+                               ("customer", "c-1", "CustomerMoved", '{"n": 2}')])
+    assert [m.headers["id"] for m in kafka.read("outbox.event.order", 1)] == ids[:1]
+    assert [m.headers["id"] for m in kafka.read("outbox.event.customer", 1)] == ids[1:]
 
 
 def test_header_columns(pg, broker, kafka, relayer):
