@@ -59,26 +59,34 @@ static int conn_rc(const struct slot *s)
     return PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY;
 }
 
-/* The first of the relayer's columns that a column list (comma-separated
- * names, "" or NULL: none) leaves out, or NULL. */
-static const char *missing_column(const char *list)
+/* Whether a column list (comma-separated names) has name. */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t) (end - p) : strlen(p);
+        if (len == n && memcmp(p, name, n) == 0)
+            return true;
+        p += len + (end != NULL);
+    }
+    return false;
+}
+
+/* The first of the relayer's columns (the map's, extra ones included) that
+ * a column list ("" or NULL: none) leaves out, or NULL. */
+static const char *missing_column(const struct w2j_columns_map *map, const char *list)
 {
     if (list == NULL || *list == '\0')
         return NULL;
-    const struct w2j_columns_map *m = &W2J_DEFAULT_COLUMNS;
+    const struct w2j_columns_map *m = map != NULL ? map : &W2J_DEFAULT_COLUMNS;
     const char *need[] = {m->id, m->aggregate_id, m->type, m->payload, m->created_at};
-    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-        size_t n = strlen(need[i]);
-        bool found = false;
-        for (const char *p = list; *p && !found;) {
-            const char *end = strchr(p, ',');
-            size_t len = end ? (size_t) (end - p) : strlen(p);
-            found = len == n && memcmp(p, need[i], n) == 0;
-            p += len + (end != NULL);
-        }
-        if (!found)
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i] != NULL && !listed(list, need[i]))
             return need[i];
-    }
+    for (size_t i = 0; i < m->nextra && i < OUTBOX_MAX_EXTRA; i++)
+        if (!listed(list, m->extra[i].column))
+            return m->extra[i].column;
     return NULL;
 }
 
@@ -159,7 +167,7 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
                   "%s.%s: ALTER PUBLICATION \"%s\" ADD TABLE \"%s\".\"%s\" (as its owner), or "
                   "name another with --publication%s", s->name, name, s->table_schema,
                   s->table_name, name, s->table_schema, s->table_name, lost);
-    } else if ((gone = missing_column(attnames)) != NULL) {
+    } else if ((gone = missing_column(s->columns, attnames)) != NULL) {
         rc = fail(s, STREAM_FATAL, "slot=%s: publication %s has a column list for %s.%s that "
                   "leaves out \"%s\", which every event needs: ALTER PUBLICATION \"%s\" SET "
                   "TABLE \"%s\".\"%s\" (without a column list)%s", s->name, name,

@@ -73,7 +73,8 @@ struct stream *stream_new(const struct stream_options *opts)
         return NULL;
     }
     s->admin = (struct slot){.name = s->slot, .table_schema = s->table_schema,
-                             .table_name = s->table_name, .plugin = decoder_plugin(s->decoder),
+                             .table_name = s->table_name, .columns = opts->columns,
+                             .plugin = decoder_plugin(s->decoder),
                              .plugin_package = decoder_package(s->decoder),
                              .recreate_slot = opts->recreate_slot,
                              .failover_slot = opts->failover_slot,

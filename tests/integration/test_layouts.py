@@ -24,6 +24,9 @@ startup check, and the backfill of such a table. Once per output plugin.
       a partitioned table of Debezium's layout: rows of every partition
       arrive (wal2json names the leaf: it is recognised by the mapped
       columns, not ours)
+  test_publication_column_list_of_another_layout (pgoutput)
+      a publication whose column list has exactly Debezium's columns is
+      accepted; one that leaves out a mapped column is refused, naming it
   test_header_columns
       --header-column NAME[:HEADER], twice: each column a header, a NULL
       one none, also for a logical message's event (no columns: none)
@@ -214,6 +217,22 @@ def test_partitioned_debezium_table(pg, broker, kafka, relayer):
                                ("customer", "c-1", "CustomerMoved", '{"n": 2}')])
     assert [m.headers["id"] for m in kafka.read("outbox.event.order", 1)] == ids[:1]
     assert [m.headers["id"] for m in kafka.read("outbox.event.customer", 1)] == ids[1:]
+
+
+@pytest.mark.plugins("pgoutput")
+def test_publication_column_list_of_another_layout(pg, broker, kafka, relayer):
+    debezium_table(pg)
+    pg.query("CREATE PUBLICATION outbox_relay FOR TABLE public.outbox "
+             "(id, aggregatetype, aggregateid, type, payload)")
+    start(relayer, pg, broker, "--table", "public.outbox", "--layout", "debezium")
+    ids = insert_debezium(pg, [("order", "o-1", "OrderCreated", "{}")])
+    assert [m.headers["id"] for m in kafka.read("outbox.event.order", 1)] == ids
+    pg.query("ALTER PUBLICATION outbox_relay SET TABLE public.outbox (id, aggregateid, type, "
+             "payload)")
+    r = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--slot", "other",
+                "--table", "public.outbox", "--layout", "debezium")
+    assert r.wait_exit(timeout=30) == 1
+    assert 'leaves out "aggregatetype"' in r.log_text()
 
 
 def test_header_columns(pg, broker, kafka, relayer):
