@@ -103,6 +103,19 @@ const char *config_kafka_get(const struct relay_config *cfg, const char *key);
  * (options_register_secrets). */
 void config_register_secrets(const struct relay_config *cfg);
 
+/* Whether the n bytes at s are a plain identifier: 1 to 63 of letters,
+ * '_', then digits and '$' too. */
+bool config_ident_ok(const char *s, size_t n);
+
+/* --layout and --column-* into cfg->columns (the layout's defaults for
+ * what is not given, its topic when --topic is not), --header-column into
+ * its extra columns (config_columns.c). Returns 0, or -1 with err. */
+int config_build_columns(struct relay_config *cfg, char *err, size_t errlen);
+
+/* The {column}s of cfg->topic become extra columns without a header.
+ * Returns 0, or -1 with err. */
+int config_topic_columns(struct relay_config *cfg, char *err, size_t errlen);
+
 /* Validates a replication slot name (PostgreSQL's rule: 1-63 of [a-z0-9_]).
  * Returns 0, or -1 with a message in err. */
 int config_check_slot_name(const char *name, char *err, size_t errlen);
