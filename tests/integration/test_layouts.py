@@ -13,6 +13,10 @@ startup check, and the backfill of such a table. Once per output plugin.
   test_column_mapping
       a table of its own names mapped with --column-*: bigint id under
       another name, a text id, no key column, {column} in the topic
+  test_reaper_on_a_mapped_timestamp
+      `outbox-relay reap` on a table whose timestamp column has another
+      name (--column-created-at): the delivered expired rows go, the young
+      stay
   test_missing_column_is_refused_at_startup
       the default layout on a Debezium table: the relayer exits before
       making a slot, naming the column and the option; a {column} of
@@ -43,6 +47,7 @@ startup check, and the backfill of such a table. Once per output plugin.
 
 import os
 import re
+import subprocess
 import time
 import uuid
 
@@ -157,6 +162,30 @@ def test_column_mapping(pg, broker, kafka, relayer):
     pg.query("INSERT INTO public.my_events (kind, region, body) VALUES ('order.x', NULL, '1')")
     assert r.wait_exit(timeout=30) == 1
     assert "a {column} that is NULL gives none" in r.log_text()
+
+
+def test_reaper_on_a_mapped_timestamp(pg, broker, kafka, relayer, relayer_binary):
+    pg.query("CREATE TABLE public.my_events (event_no bigint GENERATED ALWAYS AS IDENTITY, "
+             "kind text NOT NULL, body jsonb, occurred_at timestamptz NOT NULL DEFAULT now())")
+    layout = ["--table", "public.my_events", "--column-id", "event_no", "--column-key", "none",
+              "--column-type", "kind", "--column-payload", "body",
+              "--column-created-at", "occurred_at"]
+    start(relayer, pg, broker, *layout, "--retention", "0", "--status-interval", "0.5")
+    pg.query("INSERT INTO public.my_events (kind, body, occurred_at) "
+             "SELECT 'order.old', '{}', now() - interval '8 days' FROM generate_series(1, 5)")
+    pg.query("INSERT INTO public.my_events (kind, body) "
+             "SELECT 'order.new', '{}' FROM generate_series(1, 2)")
+    assert len(kafka.read("order", 7)) == 7
+    lsn = pg.current_wal_lsn()
+    wait_until(lambda: (pg.confirmed_flush_lsn(SLOT) or 0) >= lsn, 30,
+               message="the slot to confirm the rows")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_RELAY_")}
+    r = subprocess.run([relayer_binary, "reap", "--dsn", pg.dsn(), *layout],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert "deleted 5 rows" in r.stderr, r.stderr
+    assert [k for (k,) in pg.query("SELECT kind FROM public.my_events")] == ["order.new"] * 2
 
 
 def test_text_ids(pg, broker, kafka, relayer):
