@@ -39,8 +39,9 @@ static char *dup_span(const char *p, size_t n)
 {
     if (p == NULL)
         return NULL;
-    char *d = malloc(n ? n : 1);
+    char *d = malloc(n + 1); /* NUL-terminated: test_describe strstr()s it */
     memcpy(d, p, n);
+    d[n] = '\0';
     return d;
 }
 
