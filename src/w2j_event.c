@@ -130,20 +130,29 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
                          struct w2j_scratch *scratch, struct outbox_event *ev, char *errbuf,
                          size_t errlen)
 {
-    const char *names[C_MAX] = {map->id, map->aggregate_id, map->type, map->payload,
-                                map->created_at};
+    /* Sized for every extra column, filled only for the map's (the hot
+     * path is the default map: five names). */
+    const char *names[C_MAX];
     size_t lens[C_MAX];
-    const struct w2j_value *vals[C_MAX] = {NULL};
-    const struct w2j_text *texts[C_MAX] = {NULL};
+    const struct w2j_value *vals[C_MAX];
+    const struct w2j_text *texts[C_MAX];
     int nnames = C_EXTRA + (int) (map->nextra < OUTBOX_MAX_EXTRA ? map->nextra
                                                                   : OUTBOX_MAX_EXTRA);
 
     if (map->id == NULL || map->type == NULL)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "columns map without id or type");
+    names[C_ID] = map->id;
+    names[C_AGG] = map->aggregate_id;
+    names[C_TYPE] = map->type;
+    names[C_PAYLOAD] = map->payload;
+    names[C_CREATED] = map->created_at;
     for (int c = C_EXTRA; c < nnames; c++)
         names[c] = map->extra[c - C_EXTRA].column;
-    for (int c = 0; c < nnames; c++)
+    for (int c = 0; c < nnames; c++) {
         lens[c] = names[c] != NULL ? strlen(names[c]) : SIZE_MAX;
+        vals[c] = NULL;
+        texts[c] = NULL;
+    }
     for (size_t i = 0; i < rec->ncolumns; i++) {
         const struct w2j_value *name = &rec->columns[i].name;
         for (int c = 0; c < nnames; c++) {
