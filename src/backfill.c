@@ -35,6 +35,7 @@ struct backfill {
     PGconn *conn; /* the lock and the marker; autocommit */
     bool locked;
     bool schema_ok; /* the backfill columns exist */
+    const struct w2j_columns_map *columns; /* the outbox's layout (borrowed) */
     char errstr[BACKFILL_ERRLEN];
     /* During backfill_run: its progress and sink (backfill_progress_tick). */
     const struct backfill_sink *sink;
@@ -90,6 +91,7 @@ struct backfill *backfill_new(const struct backfill_options *o)
     b->slot = strdup(o->slot ? o->slot : "");
     b->table_schema = strdup(o->table_schema ? o->table_schema : "");
     b->table_name = strdup(o->table_name ? o->table_name : "");
+    b->columns = o->columns != NULL ? o->columns : &W2J_DEFAULT_COLUMNS;
     if (!b->dsn || !b->slot || !b->table_schema || !b->table_name) {
         backfill_free(b);
         return NULL;
@@ -397,11 +399,42 @@ done:
 
 /* --- the run ----------------------------------------------------------- */
 
-/* Fills ev from one row (id, aggregate_id, type, payload, created_at). */
-static int row_event(PGresult *res, int row, struct outbox_event *ev)
+/* The SELECT list of the rows (id, key, type, payload, created_at, then
+ * the extra columns), as text, in the map's column names; NULL for a role
+ * without a column. Names are plain identifiers (config.c), quoted. */
+static int select_list(const struct w2j_columns_map *m, char *buf, size_t cap)
+{
+    const char *names[5 + OUTBOX_MAX_EXTRA] = {m->id, m->aggregate_id, m->type, m->payload,
+                                               m->created_at};
+    size_t n = 5, used = 0;
+    for (size_t i = 0; i < m->nextra && i < OUTBOX_MAX_EXTRA; i++)
+        names[n++] = m->extra[i].column;
+    for (size_t i = 0; i < n; i++) {
+        int w = names[i] != NULL
+                    ? snprintf(buf + used, cap - used, "%so.\"%s\"::text", i ? ", " : "", names[i])
+                    : snprintf(buf + used, cap - used, "%sNULL::text", i ? ", " : "");
+        if (w < 0 || (size_t) w >= cap - used)
+            return -1;
+        used += (size_t) w;
+    }
+    return 0;
+}
+
+/* Fills ev from one row (select_list()'s columns); a bytea payload is
+ * decoded into scratch. Returns 0, or -1 with why in err. */
+static int row_event(const struct w2j_columns_map *m, PGresult *res, int row,
+                     struct w2j_scratch *scratch, struct outbox_event *ev, char *err,
+                     size_t errlen)
 {
     memset(ev, 0, sizeof *ev);
-    snprintf(ev->event_id, sizeof ev->event_id, "%s", PQgetvalue(res, row, 0));
+    const char *id = PQgetvalue(res, row, 0);
+    size_t id_len = (size_t) PQgetlength(res, row, 0);
+    if (m->id_kind == OUTBOX_ID_TEXT ? outbox_event_set_text_id(ev, id, id_len) < 0
+                                     : outbox_event_set_id(ev, id, id_len, true) < 0) {
+        snprintf(err, errlen, "its id is not %s", m->id_kind == OUTBOX_ID_TEXT
+                 ? "1 to 63 bytes without control characters" : "an integer");
+        return -1;
+    }
 #define FIELD(col, ptr, len)                                                  \
     do {                                                                      \
         if (!PQgetisnull(res, row, col)) {                                    \
@@ -413,8 +446,24 @@ static int row_event(PGresult *res, int row, struct outbox_event *ev)
     FIELD(2, type, type_len);
     FIELD(3, payload, payload_len);
     FIELD(4, created_at, created_at_len);
+    for (size_t i = 0; i < m->nextra && i < OUTBOX_MAX_EXTRA; i++)
+        FIELD(5 + (int) i, extra[i].ptr, extra[i].len);
 #undef FIELD
-    return ev->type != NULL && ev->type_len > 0 ? 0 : -1;
+    if (ev->type == NULL || ev->type_len == 0) {
+        snprintf(err, errlen, "it has no type; cannot route it");
+        return -1;
+    }
+    if (m->payload_bytea && ev->payload != NULL) {
+        long n = outbox_scratch_reserve(scratch, ev->payload_len / 2 + 1) < 0
+                     ? -1 : outbox_bytea_decode(ev->payload, ev->payload_len, scratch->buf);
+        if (n < 0) {
+            snprintf(err, errlen, "its bytea payload is not in hex format (bytea_output = hex)");
+            return -1;
+        }
+        ev->payload = scratch->buf;
+        ev->payload_len = (size_t) n;
+    }
+    return 0;
 }
 
 /* A statement on the data connection that must succeed. */
@@ -481,8 +530,9 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
     char *qschema = NULL, *qtable = NULL, *lit = NULL;
     struct backfill_progress q = {0};
     struct progress *pr = &b->pr;
+    struct w2j_scratch scratch = {0};
     struct marker m;
-    char sql[1024], err[512], done_id[ID_MAX] = "";
+    char sql[4096], cols[2048], qid[80], err[512], done_id[ID_MAX] = "";
     uint64_t n = 0;
     double last_write = 0;
     int rc = BACKFILL_OK;
@@ -534,13 +584,19 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
         goto done;
     const char *pending = PQntuples(res) == 1 ? "o.dispatched_at IS NULL" : "true";
     PQclear(res);
+    snprintf(qid, sizeof qid, "\"%s\"", b->columns->id);
+    if (select_list(b->columns, cols, sizeof cols) < 0) {
+        res = NULL;
+        rc = fail(b, BACKFILL_FATAL, "slot=%s: backfill: too many columns", b->slot);
+        goto done;
+    }
 
     /* The first run, or a resume that does not know the bound yet: the
      * largest pending id now visible bounds the backlog (see backfill.h). */
     if (snapshot != NULL || m.state == BACKFILL_CREATING) {
         snprintf(sql, sizeof sql,
-                 "SELECT o.id::text FROM %s.%s o WHERE %s ORDER BY o.id DESC LIMIT 1", qschema,
-                 qtable, pending);
+                 "SELECT o.%s::text FROM %s.%s o WHERE %s ORDER BY o.%s DESC LIMIT 1", qid,
+                 qschema, qtable, pending, qid);
         if ((res = data_exec(b, conn, PGRES_TUPLES_OK, &rc, "finding the backlog's bound", sql,
                              0, NULL)) == NULL)
             goto done;
@@ -583,9 +639,9 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
 
     snprintf(sql, sizeof sql,
              "DECLARE outbox_backfill NO SCROLL CURSOR FOR "
-             "SELECT o.id::text, o.aggregate_id::text, o.type, o.payload::text, "
-             "o.created_at::text FROM %s.%s o WHERE %s AND o.id <= $1 %s ORDER BY o.id",
-             qschema, qtable, pending, m.has_done ? "AND o.id > $2" : "");
+             "SELECT %s FROM %s.%s o WHERE %s AND o.%s <= $1 %s%s%s ORDER BY o.%s", cols,
+             qschema, qtable, pending, qid, m.has_done ? "AND o." : "", m.has_done ? qid : "",
+             m.has_done ? " > $2" : "", qid);
     if ((res = data_exec(b, conn, PGRES_COMMAND_OK, &rc, "declaring the backfill cursor", sql,
                          m.has_done ? 2 : 1, pc)) == NULL)
         goto done;
@@ -599,9 +655,10 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
         int got = PQntuples(res);
         for (int i = 0; i < got; i++) {
             struct outbox_event ev;
-            if (row_event(res, i, &ev) < 0) {
-                rc = fail(b, BACKFILL_FATAL, "slot=%s: backfill: row id=%s has no type; cannot "
-                          "route it", b->slot, PQgetvalue(res, i, 0));
+            char why[128];
+            if (row_event(b->columns, res, i, &scratch, &ev, why, sizeof why) < 0) {
+                rc = fail(b, BACKFILL_FATAL, "slot=%s: backfill: row id=%s: %s", b->slot,
+                          PQgetvalue(res, i, 0), why);
                 goto done;
             }
             if (sink->emit(sink->ctx, &ev, n + 1) < 0) {
@@ -671,6 +728,7 @@ done:
     b->sink = NULL;
     PQclear(res);
     backfill_progress_free(&q);
+    w2j_scratch_free(&scratch);
     PQfreemem(qschema);
     PQfreemem(qtable);
     PQfreemem(lit);

@@ -14,6 +14,7 @@
 
 #include "check_internal.h"
 #include "outbox_relay/maint.h"
+#include "outbox_relay/layout.h"
 #include "outbox_relay/publication.h"
 #include "outbox_relay/topic.h"
 
@@ -75,12 +76,47 @@ void check_columns(struct check_ctx *c)
     char msg[MSGLEN];
     const char *p[] = {c->table_oid};
     PGresult *res = check_query(c, PGRES_TUPLES_OK,
-                                "SELECT attname::text, format_type(atttypid, atttypmod) "
-                                "FROM pg_attribute WHERE attrelid = $1::oid AND attnum > 0 "
-                                "AND NOT attisdropped", 1, p, msg, sizeof msg);
+                                "SELECT attname::text, format_type(atttypid, atttypmod), "
+                                "format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid "
+                                "= $1::oid AND attnum > 0 AND NOT attisdropped", 1, p, msg,
+                                sizeof msg);
     if (res == NULL) {
         check_report_addf(c->report, "columns", CHECK_FAIL, NULL, "cannot read the columns: %s",
                           msg);
+        return;
+    }
+    /* First the relayer's own startup rule for the configured mapping
+     * (layout.h): what it would refuse, check refuses. */
+    struct layout_column cols[256];
+    size_t ncols = 0;
+    for (int i = 0; i < PQntuples(res) && ncols < sizeof cols / sizeof cols[0]; i++)
+        cols[ncols++] = (struct layout_column){PQgetvalue(res, i, 0), PQgetvalue(res, i, 2)};
+    struct w2j_columns_map map = c->cfg->columns;
+    char lerr[1024];
+    if (layout_apply(&map, cols, ncols, c->qtable, lerr, sizeof lerr) < 0) {
+        check_report_add(c->report, "columns", CHECK_FAIL, lerr,
+                         "map the columns with --layout / --column-* (see --help), or change "
+                         "the table");
+        PQclear(res);
+        return;
+    }
+    const struct w2j_columns_map *d = &W2J_DEFAULT_COLUMNS, *m = &c->cfg->columns;
+    bool default_names = m->id && m->aggregate_id && m->type && m->payload && m->created_at &&
+                         strcmp(m->id, d->id) == 0 && strcmp(m->aggregate_id, d->aggregate_id) ==
+                         0 && strcmp(m->type, d->type) == 0 && strcmp(m->payload, d->payload) ==
+                         0 && strcmp(m->created_at, d->created_at) == 0;
+    if (!default_names) {
+        /* The other checks read columns by their default names (the
+         * payload's size, the timestamp's index): only where they exist. */
+        for (int col = 0; col < CHECK_NCOLUMNS; col++)
+            for (size_t i = 0; i < ncols; i++)
+                if (strcmp(cols[i].name, check_column_name((enum check_column) col)) == 0)
+                    c->has_column[col] = true;
+        check_report_addf(c->report, "columns", CHECK_PASS, NULL, "the mapped columns exist "
+                          "with types the relayer relays (id %s, key %s, type %s, payload %s, "
+                          "timestamp %s)", m->id, m->aggregate_id ? m->aggregate_id : "(none)",
+                          m->type, m->payload, m->created_at ? m->created_at : "(none)");
+        PQclear(res);
         return;
     }
     enum check_status worst = CHECK_PASS;
@@ -339,7 +375,7 @@ void check_publication(struct check_ctx *c)
     const char *column;
     enum publication_verdict v = publication_judge(
         is_true(res, 0, 0), is_true(res, 0, 1), is_true(res, 0, 2), c->partitioned,
-        PQgetisnull(res, 0, 3) ? NULL : PQgetvalue(res, 0, 3),
+        &c->cfg->columns, PQgetisnull(res, 0, 3) ? NULL : PQgetvalue(res, 0, 3),
         PQgetisnull(res, 0, 4) ? NULL : PQgetvalue(res, 0, 4), &column);
     const char *t = c->qtable;
     switch (v) {

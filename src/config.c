@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "outbox_relay/event_headers.h"
 #include "outbox_relay/options.h"
 #include "outbox_relay/topic.h"
 
@@ -30,6 +31,11 @@ static const struct option_word plugin_words[] = {
 static const struct option_word format_words[] = {
     {"text", REPORT_FORMAT_TEXT}, {"json", REPORT_FORMAT_JSON}, {NULL, 0}};
 static const struct option_word backfill_words[] = {{"none", 0}, {"pending", 1}, {NULL, 0}};
+static const struct option_word layout_words[] = {
+    {"default", LAYOUT_DEFAULT}, {"debezium", LAYOUT_DEBEZIUM}, {NULL, 0}};
+_Static_assert(sizeof(enum relay_layout) == sizeof(int), "OPT_ENUM stores an int");
+static const struct option_word envelope_words[] = {
+    {"plain", EVENT_ENVELOPE_PLAIN}, {"cloudevents", EVENT_ENVELOPE_CLOUDEVENTS}, {NULL, 0}};
 
 #define OFF(field) offsetof(struct relay_config, field)
 /* A row: name, kind, field, default (NULL: none), placeholder in --help
@@ -54,8 +60,33 @@ static const struct option_def options[] = {
         "pgoutput: the publication of the outbox table (created if missing and allowed)"),
     OPT("table", OPT_STR, table, "public.events_outbox", "SCHEMA.TABLE",
         "the outbox table whose INSERTs are relayed"),
-    OPT("topic", OPT_STR, topic, "{prefix}", "TEMPLATE",
-        "topic: fixed name, or a template with {type} and {prefix} (type before the first '.')"),
+    OPT("topic", OPT_STR, topic, NULL, "TEMPLATE",
+        "topic: fixed name, or a template with {type}, {prefix} (type before the first '.') "
+        "and {column} of the table (default: {prefix}; with --layout debezium "
+        "outbox.event.{aggregatetype})"),
+    OPT_WORDS("layout", OPT_ENUM, layout, "default", "default|debezium",
+              "the outbox table's column names: ours, or Debezium's outbox event router table "
+              "(id uuid, aggregatetype, aggregateid, type, payload)", layout_words),
+    OPT("column-id", OPT_STR, column_id, NULL, "COLUMN",
+        "the event id column: bigint, uuid or text (default: id)"),
+    OPT("column-key", OPT_STR, column_key, NULL, "COLUMN",
+        "the Kafka key column, none for no key (default: aggregate_id; debezium: aggregateid)"),
+    OPT("column-type", OPT_STR, column_type, NULL, "COLUMN",
+        "the event type column (default: type)"),
+    OPT("column-payload", OPT_STR, column_payload, NULL, "COLUMN",
+        "the value column: jsonb, json, text or bytea (raw bytes) (default: payload)"),
+    OPT("column-created-at", OPT_STR, column_created_at, NULL, "COLUMN",
+        "the timestamptz column, none for none: header created_at and the reaper's age "
+        "(default: created_at; debezium: none)"),
+    OPT("header-column", OPT_LIST, header_columns, NULL, "NAME[:HEADER]",
+        "also send column NAME as Kafka header HEADER (default: NAME), repeatable; a NULL "
+        "column adds no header"),
+    OPT_WORDS("envelope", OPT_ENUM, envelope, "plain", "plain|cloudevents",
+              "plain: headers event_id, event_type, created_at; cloudevents: CloudEvents 1.0 "
+              "Kafka binary mode (ce_id, ce_source, ce_type, ce_time...), value unchanged",
+              envelope_words),
+    OPT("ce-source", OPT_STR, ce_source, NULL, "URI-REFERENCE",
+        "--envelope cloudevents: ce_source (default /postgresql/<database>/<schema>.<table>)"),
     OPT("message-prefix", OPT_STR, message_prefix, "outbox", "PREFIX",
         "also relay transactional logical messages with this prefix (\"\" turns it off)"),
     OPT("max-inflight", OPT_LONG, max_inflight, "10000", "N",
@@ -279,7 +310,7 @@ static int check_publication_name(const char *name, char *err, size_t errlen)
     return 0;
 }
 
-static bool ident_ok(const char *s, size_t n)
+bool config_ident_ok(const char *s, size_t n)
 {
     if (n == 0 || n > 63)
         return false;
@@ -409,7 +440,7 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
         schema = cfg->table, slen = (size_t) (dot - cfg->table);
         name = dot + 1, nlen = strlen(dot + 1);
     }
-    if (!ident_ok(schema, slen) || !ident_ok(name, nlen)) {
+    if (!config_ident_ok(schema, slen) || !config_ident_ok(name, nlen)) {
         snprintf(err, errlen, "--table \"%s\" must be SCHEMA.TABLE with plain identifiers "
                  "(letters, digits, '_', '$'; at most 63 each)", cfg->table);
         return -1;
@@ -419,7 +450,21 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
     cfg->table_schema = strndup(schema, slen);
     cfg->table_name = strndup(name, nlen);
 
+    if (config_build_columns(cfg, err, errlen) < 0)
+        return -1;
+    if (cfg->ce_source != NULL) {
+        bool ok = *cfg->ce_source != '\0' && strlen(cfg->ce_source) < 512;
+        for (const char *p = cfg->ce_source; ok && *p; p++)
+            ok = isgraph((unsigned char) *p);
+        if (!ok) {
+            snprintf(err, errlen, "--ce-source must be a URI-reference of 1 to 511 printable "
+                     "characters without spaces (e.g. /orders-service or urn:orders)");
+            return -1;
+        }
+    }
     if (topic_check_template(cfg->topic, err, errlen) < 0)
+        return -1;
+    if (config_topic_columns(cfg, err, errlen) < 0)
         return -1;
     if (topic_check_template(cfg->dead_letter_topic, err, errlen) < 0 ||
         strchr(cfg->dead_letter_topic, '{') != NULL) {
@@ -558,6 +603,10 @@ enum config_result config_load(struct relay_config *cfg, int argc, char **argv,
 void config_free(struct relay_config *cfg)
 {
     options_free(&spec, cfg);
+    for (size_t i = 0; i < sizeof cfg->extra_strs / sizeof cfg->extra_strs[0]; i++) {
+        free(cfg->extra_strs[i]);
+        cfg->extra_strs[i] = NULL;
+    }
     free(cfg->table_schema);
     free(cfg->table_name);
     cfg->table_schema = cfg->table_name = NULL;

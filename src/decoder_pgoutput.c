@@ -34,6 +34,14 @@ struct decoder_pgo {
     struct w2j_scratch scratch;
     struct w2j_scratch described; /* decoder_describe()'s text */
     bool in_tx;
+    /* The mapped columns' indexes in the relation of the last insert,
+     * resolved once per relation (a Relation frame invalidates them): an
+     * insert costs no name lookup. -1: missing, -2: not mapped. */
+    bool idx_valid;
+    uint32_t idx_oid;
+    const struct w2j_columns_map *idx_map;
+    int idx_n; /* columns resolved: the map may gain extra ones (layout.h) */
+    int idx[5 + OUTBOX_MAX_EXTRA];
     uint32_t xid;           /* of the open transaction */
     int64_t commit_pg_us;   /* its commit time, PostgreSQL's epoch */
 };
@@ -96,73 +104,72 @@ static int pgo_decode(struct decoder *d, const char *data, size_t len, lsn_t wal
         out->prefix = m->prefix.ptr;
         out->prefix_len = m->prefix.len;
         break;
+    case 'R':
+        g->idx_valid = false; /* the cache's entries may have moved */
+        break;
     default:
         break; /* relation, type, origin: state; update, delete, truncate: not events */
     }
     return 0;
 }
 
-/* Days since 1970-01-01 to a civil date (the inverse of outbox_event.c's
- * days_from_civil). */
-static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+enum { C_ID, C_AGG, C_TYPE, C_PAYLOAD, C_CREATED, C_EXTRA };
+
+#define OID_BYTEA 17
+#define OID_INT8 20
+#define OID_INT2 21
+#define OID_INT4 23
+#define OID_TEXT 25
+#define OID_BPCHAR 1042
+#define OID_VARCHAR 1043
+#define OID_UUID 2950
+
+/* The name of mapped column c. */
+static const char *col_name(const struct w2j_columns_map *map, int c)
 {
-    z += 719468;
-    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    int64_t doe = z - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    *d = (int) (doy - (153 * mp + 2) / 5 + 1);
-    *m = (int) (mp < 10 ? mp + 3 : mp - 9);
-    *y = yoe + era * 400 + (*m <= 2);
+    const char *names[C_EXTRA] = {map->id, map->aggregate_id, map->type, map->payload,
+                                  map->created_at};
+    return c < C_EXTRA ? names[c] : map->extra[c - C_EXTRA].column;
 }
 
-/* A commit time as PostgreSQL prints a timestamptz in UTC (DateStyle ISO:
- * "2026-03-01 10:00:00.123+00", trailing fraction zeros dropped) into buf
- * (at least 40 bytes). Returns the length, or 0 outside years 1..9999. */
-static size_t format_utc(int64_t unix_usec, char *buf)
+static int ncols(const struct w2j_columns_map *map)
 {
-    int64_t secs = unix_usec / 1000000, frac = unix_usec % 1000000;
-    if (frac < 0) {
-        frac += 1000000;
-        secs--;
+    return C_EXTRA + (int) (map->nextra < OUTBOX_MAX_EXTRA ? map->nextra : OUTBOX_MAX_EXTRA);
+}
+
+/* Resolves the mapped columns' indexes in rel (once per relation). */
+static void resolve(struct decoder_pgo *g, const struct pgo_relation *rel,
+                    const struct w2j_columns_map *map)
+{
+    for (int c = 0; c < ncols(map); c++) {
+        const char *name = col_name(map, c);
+        g->idx[c] = name == NULL ? -2 : pgo_column_index(rel, name);
     }
-    int64_t days = secs / 86400, rem = secs % 86400;
-    if (rem < 0) {
-        rem += 86400;
-        days--;
-    }
-    int64_t y;
-    int mo, d;
-    civil_from_days(days, &y, &mo, &d);
-    if (y < 1 || y > 9999)
+    g->idx_oid = rel->oid;
+    g->idx_map = map;
+    g->idx_n = ncols(map);
+    g->idx_valid = true;
+}
+
+/* The text of mapped column c of the inserted row: 0 with ptr NULL for SQL
+ * NULL or an unmapped column, -1 with err when the column is missing or
+ * unchanged TOAST. */
+static int column(const struct decoder_pgo *g, const struct w2j_columns_map *map, int c,
+                  const char **ptr, size_t *len, uint32_t *type_oid, lsn_t lsn, char *err,
+                  size_t errlen)
+{
+    const struct pgo_msg *m = &g->msg;
+    int i = g->idx[c];
+    *ptr = NULL;
+    *len = 0;
+    if (i == -2)
         return 0;
-    int n = snprintf(buf, 40, "%04" PRId64 "-%02d-%02d %02d:%02d:%02d", y, mo, d,
-                     (int) (rem / 3600), (int) (rem / 60 % 60), (int) (rem % 60));
-    if (frac != 0) {
-        int digits = 6;
-        while (frac % 10 == 0) {
-            frac /= 10;
-            digits--;
-        }
-        n += snprintf(buf + n, (size_t) (40 - n), ".%0*" PRId64, digits, frac);
-    }
-    n += snprintf(buf + n, (size_t) (40 - n), "+00");
-    return (size_t) n;
-}
-
-/* The text of column name of the inserted row: 0 with ptr NULL for SQL
- * NULL, -1 with err when the column is missing or unchanged TOAST. */
-static int column(const struct pgo_msg *m, const char *name, const char **ptr, size_t *len,
-                  uint32_t *type_oid, lsn_t lsn, char *err, size_t errlen)
-{
-    int i = pgo_column_index(m->rel, name);
-    if (i < 0)
-        return outbox_event_fail(err, errlen, lsn, "missing column \"%s\"", name);
+    if (i < 0 || (size_t) i >= m->nvalues)
+        return outbox_event_fail(err, errlen, lsn, "missing column \"%s\"", col_name(map, c));
     const struct pgo_value *v = &m->values[i];
     if (v->kind == 'u') /* never for an INSERT: a TOASTed value arrives whole */
         return outbox_event_fail(err, errlen, lsn, "column \"%s\" is an unchanged TOAST value",
-                                 name);
+                                 col_name(map, c));
     *ptr = v->kind == 't' ? v->ptr : NULL;
     *len = v->kind == 't' ? v->len : 0;
     if (type_oid != NULL)
@@ -172,34 +179,63 @@ static int column(const struct pgo_msg *m, const char *name, const char **ptr, s
 
 static int row_event(struct decoder_pgo *g, struct outbox_event *ev, char *err, size_t errlen)
 {
-    const struct w2j_columns_map *map = &W2J_DEFAULT_COLUMNS;
+    const struct w2j_columns_map *map =
+        g->base.columns != NULL ? g->base.columns : &W2J_DEFAULT_COLUMNS;
     const struct pgo_msg *m = &g->msg;
     const char *id = NULL, *type = NULL;
     size_t id_len = 0, type_len = 0;
-    uint32_t id_oid = 0;
+    uint32_t id_oid = 0, pay_oid = 0;
     lsn_t lsn = ev->lsn;
 
-    if (column(m, map->id, &id, &id_len, &id_oid, lsn, err, errlen) < 0 ||
-        column(m, map->aggregate_id, &ev->aggregate_id, &ev->aggregate_id_len, NULL, lsn, err,
+    if (!g->idx_valid || g->idx_oid != m->rel->oid || g->idx_map != map ||
+        g->idx_n != ncols(map))
+        resolve(g, m->rel, map);
+    if (column(g, map, C_ID, &id, &id_len, &id_oid, lsn, err, errlen) < 0 ||
+        column(g, map, C_AGG, &ev->aggregate_id, &ev->aggregate_id_len, NULL, lsn, err,
                errlen) < 0 ||
-        column(m, map->type, &type, &type_len, NULL, lsn, err, errlen) < 0 ||
-        column(m, map->payload, &ev->payload, &ev->payload_len, NULL, lsn, err, errlen) < 0 ||
-        column(m, map->created_at, &ev->created_at, &ev->created_at_len, NULL, lsn, err,
+        column(g, map, C_TYPE, &type, &type_len, NULL, lsn, err, errlen) < 0 ||
+        column(g, map, C_PAYLOAD, &ev->payload, &ev->payload_len, &pay_oid, lsn, err,
+               errlen) < 0 ||
+        column(g, map, C_CREATED, &ev->created_at, &ev->created_at_len, NULL, lsn, err,
                errlen) < 0)
         return -1;
+    for (int c = C_EXTRA; c < ncols(map); c++)
+        if (column(g, map, c, &ev->extra[c - C_EXTRA].ptr, &ev->extra[c - C_EXTRA].len, NULL,
+                   lsn, err, errlen) < 0)
+            return -1;
     if (id == NULL)
         return outbox_event_fail(err, errlen, lsn, "column \"%s\" is NULL", map->id);
-    /* int2, int4, int8 print a sign; any other type's text must not have one */
-    bool sign_ok = id_oid == 20 || id_oid == 21 || id_oid == 23;
-    if (outbox_event_set_id(ev, id, id_len, sign_ok) < 0)
-        return outbox_event_fail(err, errlen, lsn, "column \"%s\" is not an integer: %.*s",
-                                 map->id, (int) (id_len > 32 ? 32 : id_len), id);
+    /* int2, int4, int8 print a sign; uuid and text ids are taken as text;
+     * any other type's text must be digits without a sign */
+    bool sign_ok = id_oid == OID_INT8 || id_oid == OID_INT2 || id_oid == OID_INT4;
+    bool text_id = !sign_ok && (map->id_kind == OUTBOX_ID_TEXT || id_oid == OID_UUID ||
+                                id_oid == OID_TEXT || id_oid == OID_VARCHAR ||
+                                id_oid == OID_BPCHAR);
+    if (text_id ? outbox_event_set_text_id(ev, id, id_len) < 0
+                : outbox_event_set_id(ev, id, id_len, sign_ok) < 0)
+        return outbox_event_fail(err, errlen, lsn, "column \"%s\" is not %s: %.*s", map->id,
+                                 text_id ? "an id of 1 to 63 bytes without control characters"
+                                         : "an integer",
+                                 (int) (id_len > 32 ? 32 : id_len), id);
     if (type == NULL)
         return outbox_event_fail(err, errlen, lsn, "column \"%s\" is NULL", map->type);
     if (type_len == 0)
         return outbox_event_fail(err, errlen, lsn, "column \"%s\" is empty", map->type);
     ev->type = type;
     ev->type_len = type_len;
+    if (ev->payload != NULL && (pay_oid == OID_BYTEA || map->payload_bytea)) {
+        /* "\x..." to the bytes, at most half as long, into the scratch */
+        if (outbox_scratch_reserve(&g->scratch, ev->payload_len / 2 + 1) < 0)
+            return outbox_event_fail(err, errlen, lsn, "out of memory");
+        long n = outbox_bytea_decode(ev->payload, ev->payload_len, g->scratch.buf);
+        if (n < 0)
+            return outbox_event_fail(err, errlen, lsn, "column \"%s\" (bytea) is not in hex "
+                                     "format: the server must run with bytea_output = hex",
+                                     map->payload);
+        g->scratch.len = (size_t) n;
+        ev->payload = g->scratch.buf;
+        ev->payload_len = (size_t) n;
+    }
     return 0;
 }
 
@@ -219,7 +255,7 @@ static int message_event(struct decoder_pgo *g, struct outbox_event *ev, char *e
                                    errlen) < 0)
         return -1;
     if (m->transactional && g->in_tx)
-        ts_len = format_utc(unix_us(g->commit_pg_us), ts);
+        ts_len = outbox_time_format(unix_us(g->commit_pg_us), false, ts);
     if (ts_len > 0) {
         char *at = g->scratch.buf + g->scratch.len;
         memcpy(at, ts, ts_len);

@@ -93,7 +93,7 @@ static int w2j_event(struct decoder *d, const struct decoder_record *rec,
 {
     struct decoder_w2j *w = (struct decoder_w2j *) d;
     (void) rec; /* the same line as w->rec */
-    return w2j_event_decode(&w->rec, &W2J_DEFAULT_COLUMNS, &w->scratch, ev, err, errlen);
+    return w2j_event_decode(&w->rec, d->columns, &w->scratch, ev, err, errlen);
 }
 
 static int w2j_member(struct decoder *d, const struct decoder_record *rec,

@@ -240,7 +240,8 @@ static int check_publication(struct maint *mt)
     publication_read_state((const struct pg_result *) res, 0, &st);
     char why[512];
     const char *problem = publication_problem(&st, cfg->publication, cfg->table_schema,
-                                              cfg->table_name, partitioned, why, sizeof why);
+                                              cfg->table_name, partitioned, &cfg->columns, why,
+                                              sizeof why);
     int ok = problem == NULL;
     if (!ok && mt->publication_ok != 0)
         log_error("slot=%s: %s. From that change on the server skips outbox rows, and the "
@@ -350,6 +351,7 @@ static int reap(struct maint *mt)
     const struct relay_config *cfg = mt->cfg;
     struct reaper_options ro = {.slot = cfg->slot, .table_schema = cfg->table_schema,
                                 .table_name = cfg->table_name, .retention = cfg->retention,
+                                .created_at_column = cfg->columns.created_at,
                                 .batch = cfg->reap_batch, .pause = cfg->reap_pause,
                                 .confirm_wait = REAPER_CONFIRM_WAIT,
                                 .should_stop = reaper_should_stop, .tick = reaper_tick,

@@ -118,6 +118,22 @@ int options_set(void *cfg, const struct option_def *o, const char *value, const 
         *(char **) field = copy;
         return 0;
     }
+    case OPT_LIST: {
+        char *old = *(char **) field;
+        size_t n = old != NULL ? strlen(old) : 0;
+        char *joined = malloc(n + 1 + strlen(value) + 1);
+        if (joined == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        if (old != NULL && *value != '\0')
+            sprintf(joined, "%s,%s", old, value);
+        else
+            strcpy(joined, *value != '\0' ? value : (old != NULL ? old : ""));
+        free(old);
+        *(char **) field = joined;
+        return 0;
+    }
     case OPT_LONG:
         if (options_parse_long(value, (long *) field) == 0)
             return 0;
@@ -302,7 +318,7 @@ void options_print_table(const struct options_spec *spec)
 void options_free(const struct options_spec *spec, void *cfg)
 {
     for (size_t i = 0; i < spec->ndefs; i++)
-        if (spec->defs[i].kind == OPT_STR) {
+        if (spec->defs[i].kind == OPT_STR || spec->defs[i].kind == OPT_LIST) {
             char **f = (char **) ((char *) cfg + spec->defs[i].offset);
             free(*f);
             *f = NULL;

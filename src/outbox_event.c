@@ -14,8 +14,34 @@
 
 #include "outbox_relay/jscan.h"
 
-const struct w2j_columns_map W2J_DEFAULT_COLUMNS = {"id", "aggregate_id", "type", "payload",
-                                                    "created_at"};
+const struct w2j_columns_map W2J_DEFAULT_COLUMNS = {.id = "id",
+                                                    .aggregate_id = "aggregate_id",
+                                                    .type = "type",
+                                                    .payload = "payload",
+                                                    .created_at = "created_at"};
+
+int outbox_columns_extra_index(const struct w2j_columns_map *map, const char *name)
+{
+    for (size_t i = 0; i < map->nextra; i++)
+        if (strcmp(map->extra[i].column, name) == 0)
+            return (int) i;
+    return -1;
+}
+
+int outbox_columns_add_extra(struct w2j_columns_map *map, const char *column,
+                             const char *header)
+{
+    int i = outbox_columns_extra_index(map, column);
+    if (i >= 0) {
+        if (map->extra[i].header == NULL)
+            map->extra[i].header = header;
+        return i;
+    }
+    if (map->nextra >= OUTBOX_MAX_EXTRA)
+        return -1;
+    map->extra[map->nextra] = (struct outbox_extra_column){column, header};
+    return (int) map->nextra++;
+}
 
 /* ------------------------------------------------------------- scratch */
 
@@ -62,6 +88,8 @@ void outbox_event_reset(struct outbox_event *ev, lsn_t lsn)
     ev->created_at = NULL;
     ev->created_at_len = 0;
     ev->lsn = lsn;
+    ev->message = false;
+    memset(ev->extra, 0, sizeof ev->extra);
 }
 
 #if defined(__GNUC__)
@@ -100,9 +128,55 @@ int outbox_event_set_id(struct outbox_event *ev, const char *text, size_t len, b
     return 0;
 }
 
+int outbox_event_set_text_id(struct outbox_event *ev, const char *text, size_t len)
+{
+    if (len == 0 || len >= sizeof ev->event_id)
+        return -1;
+    for (size_t k = 0; k < len; k++)
+        if ((unsigned char) text[k] < 0x20 || text[k] == 0x7f)
+            return -1;
+    memcpy(ev->event_id, text, len);
+    ev->event_id[len] = '\0';
+    return 0;
+}
+
+static inline int hex_value(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+long outbox_hex_decode(const char *text, size_t len, char *out)
+{
+    if (len % 2 != 0)
+        return -1;
+    size_t n = len / 2;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_value((unsigned char) text[2 * i]);
+        int lo = hex_value((unsigned char) text[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (char) (hi << 4 | lo);
+    }
+    return (long) n;
+}
+
+long outbox_bytea_decode(const char *text, size_t len, char *out)
+{
+    if (len < 2 || text[0] != '\\' || text[1] != 'x')
+        return -1;
+    return outbox_hex_decode(text + 2, len - 2, out);
+}
+
 void outbox_event_set_message_id(struct outbox_event *ev)
 {
     snprintf(ev->event_id, sizeof ev->event_id, "m-%016" PRIX64, (uint64_t) ev->lsn);
+    ev->message = true;
 }
 
 /* ------------------------------------------------------------ envelope */
@@ -349,4 +423,50 @@ int outbox_timestamp_us(const char *p, size_t n, int64_t *unix_us)
         return -1;
     *unix_us = secs * 1000000 + frac;
     return 0;
+}
+
+/* Days since 1970-01-01 to a civil date (the inverse of days_from_civil). */
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = (int) (doy - (153 * mp + 2) / 5 + 1);
+    *m = (int) (mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+size_t outbox_time_format(int64_t unix_usec, bool rfc3339, char *buf)
+{
+    int64_t secs = unix_usec / 1000000, frac = unix_usec % 1000000;
+    if (frac < 0) {
+        frac += 1000000;
+        secs--;
+    }
+    int64_t days = secs / 86400, rem = secs % 86400;
+    if (rem < 0) {
+        rem += 86400;
+        days--;
+    }
+    int64_t y;
+    int mo, d;
+    civil_from_days(days, &y, &mo, &d);
+    if (y < 1 || y > 9999)
+        return 0;
+    int n = snprintf(buf, OUTBOX_TIME_MAX, "%04" PRId64 "-%02d-%02d%c%02d:%02d:%02d", y, mo, d,
+                     rfc3339 ? 'T' : ' ', (int) (rem / 3600), (int) (rem / 60 % 60),
+                     (int) (rem % 60));
+    if (frac != 0) {
+        int digits = 6;
+        while (frac % 10 == 0) {
+            frac /= 10;
+            digits--;
+        }
+        n += snprintf(buf + n, (size_t) (OUTBOX_TIME_MAX - n), ".%0*" PRId64, digits, frac);
+    }
+    n += snprintf(buf + n, (size_t) (OUTBOX_TIME_MAX - n), rfc3339 ? "Z" : "+00");
+    return (size_t) n;
 }

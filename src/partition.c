@@ -127,7 +127,12 @@ static bool name_is(const struct w2j_value *v, const char *s)
 
 bool partition_outbox_shaped(const struct w2j_record *rec)
 {
-    const struct w2j_columns_map *m = &W2J_DEFAULT_COLUMNS;
+    return partition_outbox_shaped_as(rec, NULL);
+}
+
+bool partition_outbox_shaped_as(const struct w2j_record *rec, const struct w2j_columns_map *map)
+{
+    const struct w2j_columns_map *m = map != NULL ? map : &W2J_DEFAULT_COLUMNS;
     const char *need[] = {m->id, m->aggregate_id, m->type, m->payload, m->created_at};
     unsigned found = 0;
     for (size_t i = 0; i < rec->ncolumns; i++)
@@ -151,6 +156,7 @@ struct cached {
 
 struct partition_map {
     char *dsn, *slot, *schema, *table;
+    const struct w2j_columns_map *columns; /* the outbox's (borrowed) */
     PGconn *conn;
     struct partition_seen *seen;
     struct cached *cache;
@@ -180,6 +186,11 @@ struct partition_map *partition_map_new(const char *dsn, const char *slot, const
         return NULL;
     }
     return pm;
+}
+
+void partition_map_set_columns(struct partition_map *pm, const struct w2j_columns_map *map)
+{
+    pm->columns = map;
 }
 
 void partition_map_free(struct partition_map *pm)
@@ -390,7 +401,7 @@ int partition_member(struct partition_map *pm, const struct w2j_record *rec, lsn
                      char *err, size_t errlen)
 {
     pm->tx_rows = true;
-    if (!partition_outbox_shaped(rec))
+    if (!partition_outbox_shaped_as(rec, pm->columns))
         return PARTITION_NO;
     char name[NAME_MAX_LEN];
     size_t len;

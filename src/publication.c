@@ -60,32 +60,42 @@ static int conn_rc(const struct slot *s)
     return PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY;
 }
 
-/* The first of the relayer's columns that a column list (comma-separated
- * names, "" or NULL: none) leaves out, or NULL. */
-static const char *missing_column(const char *list)
+/* Whether a column list (comma-separated names) has name. */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t) (end - p) : strlen(p);
+        if (len == n && memcmp(p, name, n) == 0)
+            return true;
+        p += len + (end != NULL);
+    }
+    return false;
+}
+
+/* The first of the relayer's columns (the map's, extra ones included) that
+ * a column list ("" or NULL: none) leaves out, or NULL. */
+static const char *missing_column(const struct w2j_columns_map *map, const char *list)
 {
     if (list == NULL || *list == '\0')
         return NULL;
-    const struct w2j_columns_map *m = &W2J_DEFAULT_COLUMNS;
+    const struct w2j_columns_map *m = map != NULL ? map : &W2J_DEFAULT_COLUMNS;
     const char *need[] = {m->id, m->aggregate_id, m->type, m->payload, m->created_at};
-    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-        size_t n = strlen(need[i]);
-        bool found = false;
-        for (const char *p = list; *p && !found;) {
-            const char *end = strchr(p, ',');
-            size_t len = end ? (size_t) (end - p) : strlen(p);
-            found = len == n && memcmp(p, need[i], n) == 0;
-            p += len + (end != NULL);
-        }
-        if (!found)
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i] != NULL && !listed(list, need[i]))
             return need[i];
-    }
+    for (size_t i = 0; i < m->nextra && i < OUTBOX_MAX_EXTRA; i++)
+        if (!listed(list, m->extra[i].column))
+            return m->extra[i].column;
     return NULL;
 }
 
 enum publication_verdict publication_judge(bool pubinsert, bool viaroot, bool covers,
-                                           bool partitioned, const char *attnames,
-                                           const char *rowfilter, const char **column)
+                                           bool partitioned,
+                                           const struct w2j_columns_map *columns,
+                                           const char *attnames, const char *rowfilter,
+                                           const char **column)
 {
     *column = NULL;
     if (!pubinsert)
@@ -94,7 +104,7 @@ enum publication_verdict publication_judge(bool pubinsert, bool viaroot, bool co
         return PUBLICATION_NOT_VIA_ROOT;
     if (!covers)
         return PUBLICATION_NOT_COVERED;
-    if ((*column = missing_column(attnames)) != NULL)
+    if ((*column = missing_column(columns, attnames)) != NULL)
         return PUBLICATION_COLUMN_LEFT_OUT;
     if (rowfilter != NULL && *rowfilter != '\0')
         return PUBLICATION_ROW_FILTER;
@@ -145,12 +155,12 @@ void publication_read_state(const struct pg_result *cres, int row, struct public
 
 const char *publication_problem(const struct publication_state *st, const char *name,
                                 const char *schema, const char *table, bool partitioned,
-                                char *buf, size_t cap)
+                                const struct w2j_columns_map *columns, char *buf, size_t cap)
 {
     const char *gone = NULL;
     enum publication_verdict v =
         st->exists ? publication_judge(st->pubinsert, st->viaroot, st->covers, partitioned,
-                                       st->attnames, NULL, &gone)
+                                       columns, st->attnames, NULL, &gone)
                    : PUBLICATION_OK;
     if (!st->exists)
         snprintf(buf, cap, "publication %s does not exist", name);
@@ -220,8 +230,8 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
         return create(s, name, partitioned);
     }
     char why[PUB_MSGLEN];
-    if (publication_problem(&st, name, s->table_schema, s->table_name, partitioned, why,
-                            sizeof why) != NULL) {
+    if (publication_problem(&st, name, s->table_schema, s->table_name, partitioned, s->columns,
+                            why, sizeof why) != NULL) {
         rc = fail(s, STREAM_FATAL, "slot=%s: %s%s", s->name, why,
                   slot_exists ? "; rows committed while it did not were skipped by the server "
                                 "and are not in Kafka: drop the slot and start with "

@@ -163,18 +163,26 @@ int reap_backfill_holds(struct reap *r)
 
 int reaper_build_delete(const char *table, bool partitioned, char *buf, size_t cap)
 {
+    return reaper_build_delete_on(table, "created_at", partitioned, buf, cap);
+}
+
+int reaper_build_delete_on(const char *table, const char *column, bool partitioned, char *buf,
+                           size_t cap)
+{
     int n;
     if (partitioned)
         n = snprintf(buf, cap,
                      "DELETE FROM %s AS o USING (SELECT i.tableoid AS toid, i.ctid AS tid FROM "
-                     "%s AS i, " SNAP_TOP " WHERE i.created_at < now() - $1::interval AND "
-                     XMIN64("i") " < $3::bigint ORDER BY i.created_at LIMIT $2::bigint) "
-                     "AS x WHERE o.tableoid = x.toid AND o.ctid = x.tid", table, table);
+                     "%s AS i, " SNAP_TOP " WHERE i.%s < now() - $1::interval AND "
+                     XMIN64("i") " < $3::bigint ORDER BY i.%s LIMIT $2::bigint) "
+                     "AS x WHERE o.tableoid = x.toid AND o.ctid = x.tid", table, table, column,
+                     column);
     else
         n = snprintf(buf, cap,
                      "DELETE FROM %s WHERE ctid = ANY (ARRAY (SELECT i.ctid FROM %s AS i, "
-                     SNAP_TOP " WHERE i.created_at < now() - $1::interval AND " XMIN64("i")
-                     " < $3::bigint ORDER BY i.created_at LIMIT $2::bigint))", table, table);
+                     SNAP_TOP " WHERE i.%s < now() - $1::interval AND " XMIN64("i")
+                     " < $3::bigint ORDER BY i.%s LIMIT $2::bigint))", table, table, column,
+                     column);
     return n < 0 || (size_t) n >= cap ? -1 : n;
 }
 
@@ -198,7 +206,7 @@ static long reap_batch(struct reap *r, const char *table, bool partitioned)
         reap_rollback(r);
         return rc < 0 ? rc : 0;
     }
-    if (reaper_build_delete(table, partitioned, sql, sizeof sql) < 0) {
+    if (reaper_build_delete_on(table, r->created_at, partitioned, sql, sizeof sql) < 0) {
         rc = reap_err(r, REAPER_FATAL, "reaper: the DELETE for %s is too long", table);
         goto fail;
     }
@@ -294,7 +302,8 @@ static int any_expired(struct reap *r, const char *table, bool *any)
     const char *params[] = {r->o->retention};
     int rc = REAPER_OK;
     snprintf(sql, sizeof sql,
-             "SELECT EXISTS (SELECT 1 FROM %s WHERE created_at < now() - $1::interval)", table);
+             "SELECT EXISTS (SELECT 1 FROM %s WHERE %s < now() - $1::interval)", table,
+             r->created_at);
     PGresult *res = reap_exec(r, PGRES_TUPLES_OK, &rc, "looking for expired rows", sql, 1, params);
     if (res == NULL)
         return rc;
@@ -351,6 +360,9 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
     char *qtable = NULL, *qdefault = NULL;
     int rc = REAPER_OK;
     PGresult *pr = NULL;
+    const char *created_at_name =
+        opts->created_at_column != NULL ? opts->created_at_column : "created_at";
+    snprintf(r.created_at, sizeof r.created_at, "\"%s\"", created_at_name);
 
     memset(res, 0, sizeof *res);
     err[0] = '\0';
@@ -405,7 +417,7 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
 
     /* What the table is: plain, range-partitioned on created_at, or
      * partitioned some other way. */
-    const char *p3[] = {opts->table_schema, opts->table_name};
+    const char *p3[] = {opts->table_schema, opts->table_name, created_at_name};
     pr = reap_exec(&r, PGRES_TUPLES_OK, &rc, "inspecting the outbox table",
             "SELECT c.oid, c.relkind, a.attnum IS NOT NULL, "
             "coalesce(pt.partstrat = 'r' AND pt.partnatts = 1 AND pt.partattrs[0] = a.attnum, "
@@ -414,11 +426,11 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
             "'|' || d.relkind::text FROM pg_class d JOIN pg_namespace dn ON dn.oid = d.relnamespace "
             "WHERE d.oid = pt.partdefid), '') "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'created_at' "
+            "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $3 "
             "AND a.attnum > 0 AND NOT a.attisdropped "
             "LEFT JOIN pg_partitioned_table pt ON pt.partrelid = c.oid "
             "WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
-            2, p3);
+            3, p3);
     if (pr == NULL)
         goto out;
     if (PQntuples(pr) == 0) {
@@ -427,8 +439,8 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
         goto out;
     }
     if (strcmp(PQgetvalue(pr, 0, 2), "t") != 0) {
-        rc = reap_err(&r, REAPER_FATAL, "reaper: table %s.%s has no created_at column",
-                      opts->table_schema, opts->table_name);
+        rc = reap_err(&r, REAPER_FATAL, "reaper: table %s.%s has no %s column",
+                      opts->table_schema, opts->table_name, created_at_name);
         goto out;
     }
     bool partitioned = PQgetvalue(pr, 0, 1)[0] == 'p';

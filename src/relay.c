@@ -111,8 +111,12 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->cfg = cfg;
     r->stop = stop;
     r->metrics = metrics;
+    r->columns = cfg->columns;
     r->decoder = cfg->plugin == PLUGIN_PGOUTPUT ? decoder_pgoutput_new() : decoder_w2j_new();
+    if (r->decoder != NULL)
+        r->decoder->columns = &r->columns;
     struct stream_options so = {.decoder = r->decoder, .dsn = cfg->dsn, .slot = cfg->slot,
+                                .columns = &r->columns,
                                 .publication = cfg->publication,
                                 .table_schema = cfg->table_schema,
                                 .table_name = cfg->table_name,
@@ -124,6 +128,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                 .on_creating = relay_on_slot_creating,
                                 .on_created = relay_on_slot_created, .on_created_ctx = r};
     struct backfill_options bo = {.dsn = cfg->dsn, .slot = cfg->slot,
+                                  .columns = &r->columns,
                                   .table_schema = cfg->table_schema,
                                   .table_name = cfg->table_name};
     r->stream = stream_new(&so);
@@ -131,6 +136,8 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->backfill = backfill_new(&bo);
     r->bf_tracker = tracker_new(TRACKER_GROUPS, 0);
     r->partitions = partition_map_new(cfg->dsn, cfg->slot, cfg->table_schema, cfg->table_name);
+    if (r->partitions != NULL)
+        partition_map_set_columns(r->partitions, &r->columns);
     struct dispatch_options dopts = {.slot = cfg->slot, .table_schema = cfg->table_schema,
                                      .table_name = cfg->table_name,
                                      .message_prefix = cfg->message_prefix,
@@ -153,6 +160,8 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
         kafka[2 * i + 1] = cfg->kafka[i].value;
     }
     struct sink_options sko = {.brokers = cfg->brokers, .topic_template = cfg->topic,
+                               .columns = &r->columns, .id_header = cfg->id_header,
+                               .envelope = cfg->envelope, .ce_source = cfg->ce_source,
                                .kafka = kafka, .nkafka = cfg->nkafka};
     r->sink = sink_new(&sko, relay_on_report, r, err, errlen);
     if (r->sink == NULL) {

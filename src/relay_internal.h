@@ -40,6 +40,8 @@ struct sink_report;
 
 struct relay {
     const struct relay_config *cfg;
+    struct w2j_columns_map columns; /* cfg's, types filled in at each start
+                                       (layout.h): decoder, sink, backfill */
     volatile sig_atomic_t *stop;
     struct stream *stream;
     struct sink *sink;

@@ -11,9 +11,11 @@
 
 #include "relay_internal.h"
 
+#include "outbox_relay/event_headers.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
 #include "outbox_relay/sink.h"
+#include "outbox_relay/stream.h"
 #include "outbox_relay/tracker.h"
 
 /* Sends a poison event to the dead-letter topic under the same token, so
@@ -196,9 +198,22 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
  * unknown or unauthorized as far as the metadata says) start a rewind.
  * Returns 0 when the sink took the event, 1 when it did not (dealt with
  * here: stopping, a rewind, a dead letter, a fatal error). */
+/* The default ce_source names the database the stream is connected to:
+ * known once it is, before any event (backfilled ones included). */
+static void set_ce_source(struct relay *r)
+{
+    const char *db = stream_database(r->stream);
+    char src[512];
+    if (db != NULL && event_headers_default_source(db, r->cfg->table_schema, r->cfg->table_name,
+                                                   src, sizeof src) > 0)
+        sink_set_ce_source(r->sink, src);
+}
+
 int relay_produce(struct relay *r, const struct outbox_event *ev, uint64_t token)
 {
     int rc = SINK_FULL;
+    if (sink_needs_ce_source(r->sink))
+        set_ce_source(r);
     while (rc == SINK_FULL && !*r->stop) {
         rc = sink_produce(r->sink, ev, token);
         if (rc == SINK_FULL) {

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "outbox_relay/event_headers.h"
 #include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/topic.h"
@@ -31,6 +32,15 @@
 
 struct sink {
     const char *topic_template;
+    const struct w2j_columns_map *columns; /* extra columns: headers, topic */
+    struct event_headers_options headers;
+    char ce_source[512];
+    /* The template's {column}s as extra indexes: the topic cache is then
+     * keyed by their values (and the type when {type}/{prefix} is used). */
+    bool topic_by_type;
+    size_t ntopic_cols;
+    int topic_cols[OUTBOX_MAX_EXTRA];
+    char topic_key[1024];
     rd_kafka_t *rk;
     rd_kafka_queue_t *mainq;
     struct wake wake; /* readable while reports wait (on_queue_event) */
@@ -85,6 +95,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         rd_kafka_message_headers(m, &hdrs);
         header_str(hdrs, "event_id", event_id, sizeof event_id);
         header_str(hdrs, "event_type", event_type, sizeof event_type);
+        if (event_id[0] == '\0') /* --envelope cloudevents */
+            header_str(hdrs, "ce_id", event_id, sizeof event_id);
+        if (event_type[0] == '\0')
+            header_str(hdrs, "ce_type", event_type, sizeof event_type);
     }
 
     struct sink_report rep = {
@@ -147,6 +161,23 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
         goto fail;
     }
     sk->topic_template = opts->topic_template;
+    sk->columns = opts->columns;
+    sk->headers = (struct event_headers_options){.map = opts->columns,
+                                                 .id_header = opts->id_header,
+                                                 .envelope = opts->envelope,
+                                                 .ce_source = sk->ce_source};
+    if (opts->ce_source != NULL)
+        snprintf(sk->ce_source, sizeof sk->ce_source, "%s", opts->ce_source);
+    sk->topic_by_type = topic_uses_type(opts->topic_template);
+    {
+        const char *pos = opts->topic_template;
+        char name[64];
+        while (sk->ntopic_cols < OUTBOX_MAX_EXTRA && topic_next_column(&pos, name, sizeof name) > 0) {
+            int i = opts->columns != NULL ? outbox_columns_extra_index(opts->columns, name) : -1;
+            if (i >= 0)
+                sk->topic_cols[sk->ntopic_cols++] = i;
+        }
+    }
     sk->on_report = on_report;
     sk->ctx = ctx;
     sk->wake.fd[0] = sk->wake.fd[1] = -1;
@@ -266,32 +297,68 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
  * NULL when the cache is full (the caller produces by name). Sets
  * sk->last_topic. Returns SINK_POISON when the template gives no valid
  * topic name for the type. */
-static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_topic_t **rkt)
+/* What the topic cache is keyed by for ev: its type, or with {column}s in
+ * the template their values (and the type when the template has it too),
+ * each after a NUL; NULL when that does not fit in sk->topic_key (the
+ * topic is then expanded and produced by name). */
+static const char *topic_key(struct sink *sk, const struct outbox_event *ev, size_t *len)
 {
     const char *type = ev->type ? ev->type : "";
-    struct topic_entry *t = topic_cache_find(&sk->topics, type, ev->type_len);
+    if (sk->ntopic_cols == 0) {
+        *len = ev->type_len;
+        return type;
+    }
+    size_t n = 0;
+    if (sk->topic_by_type) {
+        if (ev->type_len >= sizeof sk->topic_key)
+            return NULL;
+        memcpy(sk->topic_key, type, ev->type_len);
+        n = ev->type_len;
+    }
+    for (size_t k = 0; k < sk->ntopic_cols; k++) {
+        const struct outbox_field *f = &ev->extra[sk->topic_cols[k]];
+        if (f->ptr == NULL || n + 1 + f->len > sizeof sk->topic_key)
+            return NULL; /* NULL: no topic, said by topic_name_event */
+        sk->topic_key[n++] = '\0';
+        memcpy(sk->topic_key + n, f->ptr, f->len);
+        n += f->len;
+    }
+    *len = n;
+    return sk->topic_key;
+}
+
+/* The topic handle for ev's type (and columns), from the cache or created
+ * and cached; NULL when the cache is full (the caller produces by name).
+ * Sets sk->last_topic. Returns SINK_POISON when the template gives no valid
+ * topic name for the event. */
+static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_topic_t **rkt)
+{
+    size_t key_len = 0;
+    const char *key = topic_key(sk, ev, &key_len);
+    struct topic_entry *t = key != NULL ? topic_cache_find(&sk->topics, key, key_len) : NULL;
     *rkt = NULL;
-    if (t->type != NULL) {
+    if (t != NULL && t->type != NULL) {
         *rkt = t->handle;
         sk->last_topic = rd_kafka_topic_name(*rkt);
         return SINK_OK;
     }
     sk->last_topic = sk->last_topic_buf;
     sk->last_topic_buf[0] = '\0';
-    if (topic_name(sk->topic_template, ev->type, ev->type_len, sk->last_topic_buf,
-                   sizeof sk->last_topic_buf) < 0) {
+    if (topic_name_event(sk->topic_template, ev, sk->columns, sk->last_topic_buf,
+                         sizeof sk->last_topic_buf) < 0) {
         snprintf(sk->errstr, sizeof sk->errstr,
                  "event_id=%s type=\"%.*s\": topic template \"%s\" gives no valid Kafka topic "
-                 "name (1-249 of [A-Za-z0-9._-])", ev->event_id, (int) ev->type_len, ev->type,
-                 sk->topic_template);
+                 "name (1-249 of [A-Za-z0-9._-]%s)", ev->event_id, (int) ev->type_len,
+                 ev->type ? ev->type : "", sk->topic_template,
+                 sk->ntopic_cols > 0 ? "; a {column} that is NULL gives none" : "");
         return SINK_POISON;
     }
-    if (topic_cache_full(&sk->topics))
+    if (t == NULL || topic_cache_full(&sk->topics))
         return SINK_OK;
     rd_kafka_topic_t *h = rd_kafka_topic_new(sk->rk, sk->last_topic_buf, NULL);
     if (h == NULL)
         return SINK_OK; /* by name, uncached */
-    if (topic_cache_put(&sk->topics, t, type, ev->type_len, h) < 0) {
+    if (topic_cache_put(&sk->topics, t, key, key_len, h) < 0) {
         rd_kafka_topic_destroy(h); /* out of memory: by name, uncached */
         return SINK_OK;
     }
@@ -313,7 +380,9 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
     }
     const char *topic = sk->last_topic;
     size_t bytes = ev->aggregate_id_len + ev->payload_len;
-    size_t hdr_bytes = strlen(ev->event_id) + ev->type_len + ev->created_at_len + 64;
+    struct event_headers eh;
+    event_headers_build(&sk->headers, ev, &eh);
+    size_t hdr_bytes = eh.bytes + 16 * eh.n;
     if (bytes + hdr_bytes > sk->max_message_bytes) {
         snprintf(sk->errstr, sizeof sk->errstr,
                  "event_id=%s type=\"%.*s\" topic=%s: event of %zu bytes is larger than "
@@ -323,13 +392,11 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
         return SINK_POISON;
     }
 
-    /* The headers: event_id, event_type and, when known, created_at. */
-    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(3);
-    rd_kafka_header_add(hdrs, "event_id", 8, ev->event_id, -1);
-    rd_kafka_header_add(hdrs, "event_type", 10, ev->type, (ssize_t) ev->type_len);
-    if (ev->created_at != NULL)
-        rd_kafka_header_add(hdrs, "created_at", 10, ev->created_at,
-                            (ssize_t) ev->created_at_len);
+    /* The headers: event_id, event_type, created_at when known, then the
+     * configured ones (event_headers.h). */
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(eh.n);
+    for (size_t i = 0; i < eh.n; i++)
+        rd_kafka_header_add(hdrs, eh.h[i].name, -1, eh.h[i].value, (ssize_t) eh.h[i].len);
     rd_kafka_resp_err_t e;
     if (rkt != NULL)
         e = rd_kafka_producev(
@@ -437,6 +504,16 @@ bool sink_brokers_up(const struct sink *sk)
 const char *sink_last_topic(const struct sink *sk)
 {
     return sk->last_topic;
+}
+
+bool sink_needs_ce_source(const struct sink *sk)
+{
+    return sk->headers.envelope == EVENT_ENVELOPE_CLOUDEVENTS && sk->ce_source[0] == '\0';
+}
+
+void sink_set_ce_source(struct sink *sk, const char *source)
+{
+    snprintf(sk->ce_source, sizeof sk->ce_source, "%s", source);
 }
 
 const char *sink_errstr(const struct sink *sk)

@@ -19,6 +19,7 @@
 
 #include "outbox_relay/clock.h"
 #include "outbox_relay/decoder.h"
+#include "outbox_relay/layout.h"
 #include "outbox_relay/pgconn.h"
 #include "outbox_relay/publication.h"
 #include "outbox_relay/slot.h"
@@ -39,6 +40,7 @@ struct stream {
     PGconn *conn;
     bool streaming; /* START_REPLICATION succeeded on conn */
     bool partitioned; /* the outbox table is partitioned */
+    struct w2j_columns_map *columns; /* checked against the table (layout.h) */
     char *copybuf; /* last frame from PQgetCopyData, freed on the next read */
     char errstr[STREAM_ERRLEN];
 };
@@ -62,6 +64,7 @@ struct stream *stream_new(const struct stream_options *opts)
                                                                           : "outbox_relay");
     s->create_slot = opts->create_slot;
     s->decoder = opts->decoder;
+    s->columns = opts->columns;
     if (s->decoder == NULL)
         s->decoder = s->own_decoder = decoder_w2j_new();
     if (!s->dsn || !s->slot || !s->table_schema || !s->table_name || !s->message_prefix ||
@@ -70,7 +73,8 @@ struct stream *stream_new(const struct stream_options *opts)
         return NULL;
     }
     s->admin = (struct slot){.name = s->slot, .table_schema = s->table_schema,
-                             .table_name = s->table_name, .plugin = decoder_plugin(s->decoder),
+                             .table_name = s->table_name, .columns = opts->columns,
+                             .plugin = decoder_plugin(s->decoder),
                              .plugin_package = decoder_package(s->decoder),
                              .recreate_slot = opts->recreate_slot,
                              .failover_slot = opts->failover_slot,
@@ -100,6 +104,11 @@ void stream_free(struct stream *s)
 const char *stream_errstr(const struct stream *s)
 {
     return s->errstr;
+}
+
+const char *stream_database(const struct stream *s)
+{
+    return s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK ? PQdb(s->conn) : NULL;
 }
 
 bool stream_connected(const struct stream *s)
@@ -292,6 +301,8 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
             goto fail;
     }
     if ((rc = slot_check_table(&s->admin, &s->partitioned)) != STREAM_OK)
+        goto fail;
+    if (s->columns != NULL && (rc = layout_check(&s->admin, s->columns)) != STREAM_OK)
         goto fail;
 
     bool exists = false;

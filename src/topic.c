@@ -11,6 +11,26 @@
 
 #include "outbox_relay/options.h"
 
+/* The length of the placeholder name at p (after '{', up to '}'): a plain
+ * identifier of at most 63 bytes; 0 when there is none. */
+static size_t placeholder_len(const char *p)
+{
+    size_t n = 0;
+    while (p[n] != '\0' && p[n] != '}') {
+        char c = p[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+              (n > 0 && ((c >= '0' && c <= '9') || c == '$'))))
+            return 0;
+        n++;
+    }
+    return p[n] == '}' && n <= 63 ? n : 0;
+}
+
+static bool is_word(const char *p, size_t n, const char *word)
+{
+    return strlen(word) == n && memcmp(p, word, n) == 0;
+}
+
 int topic_check_template(const char *tmpl, char *err, size_t errlen)
 {
     if (*tmpl == '\0') {
@@ -19,16 +39,13 @@ int topic_check_template(const char *tmpl, char *err, size_t errlen)
     }
     for (const char *p = tmpl; *p != '\0'; p++) {
         if (*p == '{') {
-            if (strncmp(p, "{type}", 6) == 0) {
-                p += 5;
+            size_t n = placeholder_len(p + 1);
+            if (n > 0) {
+                p += n + 1;
                 continue;
             }
-            if (strncmp(p, "{prefix}", 8) == 0) {
-                p += 7;
-                continue;
-            }
-            snprintf(err, errlen, "topic template \"%s\": only {type} and {prefix} may stand "
-                     "in braces", tmpl);
+            snprintf(err, errlen, "topic template \"%s\": only {type} and {prefix}, or a "
+                     "column of the outbox table as {column_name}, may stand in braces", tmpl);
             return -1;
         }
         if (!options_topic_char_ok(*p)) {
@@ -46,20 +63,62 @@ int topic_check_template(const char *tmpl, char *err, size_t errlen)
     return 0;
 }
 
-int topic_name(const char *tmpl, const char *type, size_t type_len, char *out, size_t cap)
+int topic_next_column(const char **pos, char *name, size_t cap)
 {
-    size_t n = 0, prefix_len = type_len;
+    for (const char *p = *pos; *p != '\0'; p++) {
+        if (*p != '{')
+            continue;
+        size_t n = placeholder_len(p + 1);
+        if (n == 0)
+            continue;
+        const char *word = p + 1;
+        p += n + 1;
+        if (is_word(word, n, "type") || is_word(word, n, "prefix"))
+            continue;
+        if (n >= cap)
+            return -1;
+        memcpy(name, word, n);
+        name[n] = '\0';
+        *pos = p + 1;
+        return 1;
+    }
+    return 0;
+}
+
+bool topic_uses_type(const char *tmpl)
+{
+    return strstr(tmpl, "{type}") != NULL || strstr(tmpl, "{prefix}") != NULL;
+}
+
+int topic_name_event(const char *tmpl, const struct outbox_event *ev,
+                     const struct w2j_columns_map *map, char *out, size_t cap)
+{
+    const char *type = ev->type != NULL ? ev->type : "";
+    size_t n = 0, type_len = ev->type_len, prefix_len = ev->type_len;
     const char *dot = memchr(type, '.', type_len);
     if (dot != NULL)
         prefix_len = (size_t) (dot - type);
 
     for (const char *p = tmpl; *p != '\0'; p++) {
         const char *src = p;
-        size_t len = 1;
-        if (*p == '{' && strncmp(p, "{type}", 6) == 0) {
-            src = type, len = type_len, p += 5;
-        } else if (*p == '{' && strncmp(p, "{prefix}", 8) == 0) {
-            src = type, len = prefix_len, p += 7;
+        size_t len = 1, k;
+        if (*p == '{' && (k = placeholder_len(p + 1)) > 0) {
+            if (is_word(p + 1, k, "type")) {
+                src = type, len = type_len;
+            } else if (is_word(p + 1, k, "prefix")) {
+                src = type, len = prefix_len;
+            } else {
+                char name[64];
+                memcpy(name, p + 1, k);
+                name[k] = '\0';
+                int i = map != NULL ? outbox_columns_extra_index(map, name) : -1;
+                if (i < 0 || ev->extra[i].ptr == NULL) {
+                    out[n] = '\0';
+                    return -1; /* not mapped, or NULL */
+                }
+                src = ev->extra[i].ptr, len = ev->extra[i].len;
+            }
+            p += k + 1;
         }
         if (n + len >= cap) {
             out[n] = '\0';
@@ -75,6 +134,15 @@ int topic_name(const char *tmpl, const char *type, size_t type_len, char *out, s
         if (!options_topic_char_ok(out[i]))
             return -1;
     return (int) n;
+}
+
+int topic_name(const char *tmpl, const char *type, size_t type_len, char *out, size_t cap)
+{
+    struct outbox_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = type;
+    ev.type_len = type_len;
+    return topic_name_event(tmpl, &ev, NULL, out, cap);
 }
 
 static uint64_t type_hash(const char *s, size_t n)

@@ -86,15 +86,18 @@ static bool value_equals(const struct w2j_value *v, const char *name)
     return got == n && memcmp(buf, name, n) == 0;
 }
 
-/* event_id from the id column: an integer number, or a string of digits. */
-static int set_event_id(const struct w2j_value *v, struct outbox_event *ev)
+/* event_id from the id column: an integer number, or a string of digits;
+ * for a uuid or text id, its text. */
+static int set_event_id(const struct w2j_value *v, enum outbox_id_kind kind,
+                        struct outbox_event *ev)
 {
-    char buf[24];
+    char buf[OUTBOX_EVENT_ID_MAX];
     size_t n;
 
+    if (v->type == W2J_STRING && kind == OUTBOX_ID_TEXT)
+        return small_string(v, buf, sizeof buf, &n) ? outbox_event_set_text_id(ev, buf, n) : -1;
     if (v->type == W2J_STRING)
-        return small_string(v, buf, sizeof buf, &n) ? outbox_event_set_id(ev, buf, n, false)
-                                                    : -1;
+        return small_string(v, buf, 24, &n) ? outbox_event_set_id(ev, buf, n, false) : -1;
     if (v->type != W2J_NUMBER)
         return -1;
     return outbox_event_set_id(ev, v->ptr, v->len, true);
@@ -103,24 +106,56 @@ static int set_event_id(const struct w2j_value *v, struct outbox_event *ev)
 static const char *const vtype_names[] = {"absent", "null", "a boolean", "a number",
                                           "a string", "an object or array"};
 
+enum { C_ID, C_AGG, C_TYPE, C_PAYLOAD, C_CREATED, C_EXTRA, C_MAX = C_EXTRA + OUTBOX_MAX_EXTRA };
+
+/* The bytea payload's hex text (wal2json prints it without
+ * "\\x"; already taken: in the line or in the
+ * scratch) decoded to its bytes, in place when it is in the scratch, else
+ * appended to it (room reserved by the caller). */
+static int decode_bytea(struct w2j_scratch *s, const char **ptr, size_t *len)
+{
+    bool in_scratch = s->buf != NULL && *ptr >= s->buf && *ptr < s->buf + s->cap;
+    char *dst = in_scratch ? (char *) *ptr : s->buf + s->len;
+    long n = outbox_hex_decode(*ptr, *len, dst); /* wal2json: bare hex */
+    if (n < 0)
+        return -1;
+    if (!in_scratch)
+        s->len += (size_t) n;
+    *ptr = dst;
+    *len = (size_t) n;
+    return 0;
+}
+
 static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_map *map,
                          struct w2j_scratch *scratch, struct outbox_event *ev, char *errbuf,
                          size_t errlen)
 {
-    const char *names[5] = {map->id, map->aggregate_id, map->type, map->payload,
-                            map->created_at};
-    size_t lens[5];
-    const struct w2j_value *vals[5] = {NULL, NULL, NULL, NULL, NULL};
-    const struct w2j_text *texts[5] = {NULL, NULL, NULL, NULL, NULL};
-    enum { C_ID, C_AGG, C_TYPE, C_PAYLOAD, C_CREATED };
+    /* Sized for every extra column, filled only for the map's (the hot
+     * path is the default map: five names). */
+    const char *names[C_MAX];
+    size_t lens[C_MAX];
+    const struct w2j_value *vals[C_MAX];
+    const struct w2j_text *texts[C_MAX];
+    int nnames = C_EXTRA + (int) (map->nextra < OUTBOX_MAX_EXTRA ? map->nextra
+                                                                  : OUTBOX_MAX_EXTRA);
 
     if (map->id == NULL || map->type == NULL)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "columns map without id or type");
-    for (int c = 0; c < 5; c++)
+    names[C_ID] = map->id;
+    names[C_AGG] = map->aggregate_id;
+    names[C_TYPE] = map->type;
+    names[C_PAYLOAD] = map->payload;
+    names[C_CREATED] = map->created_at;
+    for (int c = C_EXTRA; c < nnames; c++)
+        names[c] = map->extra[c - C_EXTRA].column;
+    for (int c = 0; c < nnames; c++) {
         lens[c] = names[c] != NULL ? strlen(names[c]) : SIZE_MAX;
+        vals[c] = NULL;
+        texts[c] = NULL;
+    }
     for (size_t i = 0; i < rec->ncolumns; i++) {
         const struct w2j_value *name = &rec->columns[i].name;
-        for (int c = 0; c < 5; c++) {
+        for (int c = 0; c < nnames; c++) {
             if (name->escaped ? names[c] != NULL && value_equals(name, names[c])
                               : name->len == lens[c] && memcmp(name->ptr, names[c], lens[c]) == 0) {
                 if (vals[c] != NULL)
@@ -128,11 +163,13 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
                                              "column \"%s\" appears twice", names[c]);
                 vals[c] = &rec->columns[i].value;
                 texts[c] = &rec->columns[i].text;
-                break;
+                if (c >= C_EXTRA)
+                    break;
+                c = C_EXTRA - 1; /* an extra column may also be a mapped one */
             }
         }
     }
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < nnames; c++) {
         if (names[c] != NULL && (vals[c] == NULL || vals[c]->type == W2J_ABSENT))
             return outbox_event_fail(errbuf, errlen, rec->lsn, "missing column \"%s\"", names[c]);
     }
@@ -141,9 +178,13 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
     const struct w2j_value *agg = vals[C_AGG], *pay = vals[C_PAYLOAD], *cat = vals[C_CREATED];
     if (id->type == W2J_NULL)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is NULL", names[C_ID]);
-    if (set_event_id(id, ev) < 0)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is not an integer: %.*s",
-                                 names[C_ID], (int) (id->len > 32 ? 32 : id->len), id->ptr);
+    if (set_event_id(id, map->id_kind, ev) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is not %s: %.*s",
+                                 names[C_ID],
+                                 map->id_kind == OUTBOX_ID_TEXT
+                                     ? "an id of 1 to 63 bytes without control characters"
+                                     : "an integer",
+                                 (int) (id->len > 32 ? 32 : id->len), id->ptr);
     if (type->type == W2J_NULL)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is NULL", names[C_TYPE]);
     if (type->type != W2J_STRING)
@@ -157,11 +198,18 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
     if (cat != NULL && cat->type != W2J_NULL && cat->type != W2J_STRING)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
                                  names[C_CREATED], vtype_names[cat->type]);
+    bool bytea = map->payload_bytea && pay != NULL && pay->type != W2J_NULL;
+    if (bytea && pay->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" (bytea) is %s, not "
+                                 "a string", names[C_PAYLOAD], vtype_names[pay->type]);
 
     /* Everything that will be unescaped, reserved at once: take_string()
      * below must not realloc under pointers it already handed out. */
-    if (outbox_scratch_reserve(scratch, scratch_need(agg) + scratch_need(type) +
-                                            scratch_need(pay) + scratch_need(cat)) < 0)
+    size_t need = scratch_need(agg) + scratch_need(type) + scratch_need(pay) +
+                  scratch_need(cat) + (bytea ? pay->len / 2 + 1 : 0);
+    for (int c = C_EXTRA; c < nnames; c++)
+        need += scratch_need(vals[c]);
+    if (outbox_scratch_reserve(scratch, need) < 0)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "out of memory");
     if (take_text(type, rec, texts[C_TYPE], scratch, &ev->type, &ev->type_len) < 0)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
@@ -179,9 +227,24 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
         if (take_text(pay, rec, texts[C_PAYLOAD], scratch, &ev->payload, &ev->payload_len) < 0)
             return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
                                      names[C_PAYLOAD]);
+        if (bytea && decode_bytea(scratch, &ev->payload, &ev->payload_len) < 0)
+            return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" (bytea) is not "
+                                     "hex digits", names[C_PAYLOAD]);
     } else if (pay != NULL && pay->type != W2J_NULL) {
         ev->payload = pay->ptr; /* a number, boolean, object or array as is */
         ev->payload_len = pay->len;
+    }
+    for (int c = C_EXTRA; c < nnames; c++) {
+        const struct w2j_value *v = vals[c];
+        struct outbox_field *f = &ev->extra[c - C_EXTRA];
+        if (v->type == W2J_STRING) {
+            if (take_text(v, rec, texts[c], scratch, &f->ptr, &f->len) < 0)
+                return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
+                                         names[c]);
+        } else if (v->type != W2J_NULL) {
+            f->ptr = v->ptr; /* a number or boolean: its text */
+            f->len = v->len;
+        }
     }
     return 0;
 }

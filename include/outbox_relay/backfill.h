@@ -84,6 +84,9 @@ struct backfill_options {
     const char *slot;
     const char *table_schema;
     const char *table_name;
+    const struct w2j_columns_map *columns; /* borrowed, read at each run
+                                              (types filled in at startup);
+                                              NULL: the default layout */
 };
 
 struct progress;

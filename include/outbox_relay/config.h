@@ -22,11 +22,16 @@
 
 #include "outbox_relay/log.h"
 #include "outbox_relay/options.h" /* struct config_kv, CONFIG_*, enum config_result */
+#include "outbox_relay/outbox_event.h" /* struct w2j_columns_map */
 
 enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS, RELAY_CMD_CHECK };
 enum poison_policy { POISON_HALT = 0, POISON_DEAD_LETTER };
 enum relay_plugin { PLUGIN_WAL2JSON = 0, PLUGIN_PGOUTPUT };
 enum report_format { REPORT_FORMAT_TEXT = 0, REPORT_FORMAT_JSON }; /* `check --format` */
+/* The outbox table's layout: ours (sql/001_outbox.sql) or Debezium's
+ * outbox event router table (id uuid, aggregatetype, aggregateid, type,
+ * payload). */
+enum relay_layout { LAYOUT_DEFAULT = 0, LAYOUT_DEBEZIUM };
 
 struct relay_config {
     enum relay_command command;
@@ -38,7 +43,21 @@ struct relay_config {
     char *table;        /* as given: "schema.table" */
     char *table_schema; /* split and validated */
     char *table_name;
-    char *topic;        /* template: {type} {prefix}, or a fixed topic */
+    char *topic;        /* template: {type} {prefix} {column}, or a fixed topic;
+                           default by layout */
+    enum relay_layout layout;
+    char *column_id;    /* --column-*: as given (NULL: the layout's); */
+    char *column_key;   /* "" or "none": no such column (key, created-at) */
+    char *column_type;
+    char *column_payload;
+    char *column_created_at;
+    char *header_columns; /* --header-column NAME[:HEADER], ','-joined */
+    int envelope;         /* enum event_envelope (event_headers.h): --envelope */
+    char *ce_source;      /* --ce-source; NULL: /postgresql/<db>/<schema>.<table> */
+    /* Built by config_load from the above: names point into cfg. */
+    struct w2j_columns_map columns;
+    const char *id_header; /* the event id also under this header (Debezium: "id") */
+    char *extra_strs[3 * OUTBOX_MAX_EXTRA]; /* owned names of columns' extras */
     char *message_prefix; /* logical-message prefix ("" = off) */
     long max_inflight;
     long max_inflight_bytes;
@@ -85,6 +104,19 @@ const char *config_kafka_get(const struct relay_config *cfg, const char *key);
  * properties) with the logger so they are scrubbed from every line
  * (options_register_secrets). */
 void config_register_secrets(const struct relay_config *cfg);
+
+/* Whether the n bytes at s are a plain identifier: 1 to 63 of letters,
+ * '_', then digits and '$' too. */
+bool config_ident_ok(const char *s, size_t n);
+
+/* --layout and --column-* into cfg->columns (the layout's defaults for
+ * what is not given, its topic when --topic is not), --header-column into
+ * its extra columns (config_columns.c). Returns 0, or -1 with err. */
+int config_build_columns(struct relay_config *cfg, char *err, size_t errlen);
+
+/* The {column}s of cfg->topic become extra columns without a header.
+ * Returns 0, or -1 with err. */
+int config_topic_columns(struct relay_config *cfg, char *err, size_t errlen);
 
 /* Validates a replication slot name (PostgreSQL's rule: 1-63 of [a-z0-9_]).
  * Returns 0, or -1 with a message in err. */

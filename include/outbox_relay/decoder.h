@@ -105,9 +105,16 @@ struct decoder_ops {
     void (*free)(struct decoder *d);
 };
 
+struct w2j_columns_map; /* outbox_event.h */
+
 /* The base every plugin's decoder starts with. */
 struct decoder {
     const struct decoder_ops *ops;
+    /* The outbox table's columns (borrowed, set by the owner after the
+     * constructor and before the first frame; NULL: W2J_DEFAULT_COLUMNS).
+     * It may change between frames only while no event is being decoded
+     * (layout_check() fills in its types at each connect). */
+    const struct w2j_columns_map *columns;
 };
 
 /* The wal2json (format-version 2) decoder. NULL on OOM. Free with

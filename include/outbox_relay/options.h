@@ -48,6 +48,8 @@ enum option_kind {
     OPT_LOGLEVEL, /* enum log_level, as log_level_parse() reads it */
     OPT_ENUM,     /* an enum (int-sized) field: one of `words` */
     OPT_FLAG,     /* bool: one of two `words`, the first false, the second true */
+    OPT_LIST,     /* char *: repeatable; every value given (in any source) is
+                     appended, ',' between them; freed by options_free() */
 };
 
 /* OPT_READ_FIRST: read before every other source by the program itself

@@ -18,18 +18,35 @@
 
 #include "outbox_relay/lsn.h"
 
+/* Room for the text of an event id (uuid: 36, text ids: up to 63 bytes). */
+#define OUTBOX_EVENT_ID_MAX 64
+/* Columns beyond the five an event maps (headers from columns, {column}s of
+ * the topic template), at most. */
+#define OUTBOX_MAX_EXTRA 8
+
+/* A column's text: NOT NUL-terminated; ptr NULL means SQL NULL. */
+struct outbox_field {
+    const char *ptr;
+    size_t len;
+};
+
 /* One outbox event, ready for the Kafka sink. Strings are NOT NUL-terminated
  * and point into the decoded change (the caller's line) or into the scratch
  * buffer used to decode it; they stay valid until the next decode on the
  * same scratch or until the line is freed. A NULL ptr means SQL NULL. */
 struct outbox_event {
-    char event_id[32];       /* NUL-terminated: decimal row id, or for a
-                                logical message "m-<LSN hex 16 digits>" */
+    char event_id[OUTBOX_EVENT_ID_MAX]; /* NUL-terminated: the row id (decimal,
+                                uuid or text), or for a logical message
+                                "m-<LSN hex 16 digits>" */
     const char *aggregate_id; size_t aggregate_id_len;
     const char *type;         size_t type_len;
-    const char *payload;      size_t payload_len;
+    const char *payload;      size_t payload_len; /* bytea: the raw bytes */
     const char *created_at;   size_t created_at_len;
     lsn_t lsn;               /* the change's LSN */
+    bool message;            /* from a logical message (its payload is JSON) */
+    /* The map's extra columns (struct w2j_columns_map.extra), same order;
+     * all NULL for a logical message. */
+    struct outbox_field extra[OUTBOX_MAX_EXTRA];
 };
 
 /* Scratch memory for unescaping. Owned by the caller; grows as needed.
@@ -48,16 +65,47 @@ void w2j_scratch_free(struct w2j_scratch *s);
  * memory (s unchanged but emptied). */
 int outbox_scratch_reserve(struct w2j_scratch *s, size_t need);
 
-/* Column names of the outbox table (the seed schema's by default). */
+/* How the id column's text becomes an event id. */
+enum outbox_id_kind {
+    OUTBOX_ID_INTEGER = 0, /* bigint, integer, smallint: 1 to 19 digits */
+    OUTBOX_ID_TEXT         /* uuid, text, varchar: 1 to 63 bytes, no control
+                              character */
+};
+
+/* An extra column: sent as a header, or only used by the topic template. */
+struct outbox_extra_column {
+    const char *column; /* the column's name */
+    const char *header; /* the Kafka header's name; NULL: topic template only */
+};
+
+/* Column names of the outbox table (the seed schema's by default) and what
+ * their types mean. The names are borrowed (the configuration's). */
 struct w2j_columns_map {
     const char *id;           /* "id" */
-    const char *aggregate_id; /* "aggregate_id" */
+    const char *aggregate_id; /* "aggregate_id"; NULL: no key column */
     const char *type;         /* "type" */
     const char *payload;      /* "payload" */
-    const char *created_at;   /* "created_at" */
+    const char *created_at;   /* "created_at"; NULL: no timestamp column */
+    /* Set from the catalog at startup (layout_check(), layout.h); the
+     * defaults are the seed schema's (bigint id, jsonb payload). */
+    enum outbox_id_kind id_kind;
+    bool payload_bytea;       /* payload is bytea: its "\x..." text is
+                                 decoded to the raw bytes */
+    bool payload_text;        /* payload is text or varchar (not JSON) */
+    size_t nextra;
+    struct outbox_extra_column extra[OUTBOX_MAX_EXTRA];
 };
 
 extern const struct w2j_columns_map W2J_DEFAULT_COLUMNS;
+
+/* The index of column name among map's extra columns, or -1. */
+int outbox_columns_extra_index(const struct w2j_columns_map *map, const char *name);
+
+/* Adds column (and header, NULL for none) to map's extra columns; a column
+ * already there keeps its entry and gets header when it had none. Returns
+ * its index, or -1 when OUTBOX_MAX_EXTRA are taken. */
+int outbox_columns_add_extra(struct w2j_columns_map *map, const char *column,
+                             const char *header);
 
 /* Empties ev (every string NULL, event_id "") for a change at lsn. */
 void outbox_event_reset(struct outbox_event *ev, lsn_t lsn);
@@ -74,6 +122,22 @@ int outbox_event_fail(char *errbuf, size_t errlen, lsn_t lsn, const char *fmt, .
  * digits, after a '-' when sign_ok (a JSON number may be negative, a text
  * id may not). Returns -1, ev->event_id unchanged, for anything else. */
 int outbox_event_set_id(struct outbox_event *ev, const char *text, size_t len, bool sign_ok);
+
+/* Sets ev->event_id from the text of a uuid or text id column: 1 to
+ * OUTBOX_EVENT_ID_MAX - 1 bytes without control characters (it goes into
+ * logs and headers). Returns -1, ev->event_id unchanged, for anything else. */
+int outbox_event_set_text_id(struct outbox_event *ev, const char *text, size_t len);
+
+/* Decodes PostgreSQL's hex output of a bytea ("\x" then two hex digits a
+ * byte, either case: what pgoutput and a text-mode query send) into out,
+ * which has room for (len - 2) / 2 bytes; out may be text itself (the
+ * decoding runs forward and never overtakes its input). Returns the number
+ * of bytes, or -1 when text is not in that format (bytea_output = escape,
+ * an odd count, a non-hex digit). */
+long outbox_bytea_decode(const char *text, size_t len, char *out);
+
+/* The same without the "\x": how wal2json prints a bytea ("00ff41"). */
+long outbox_hex_decode(const char *text, size_t len, char *out);
 
 /* Sets ev->event_id of a logical message: "m-" and ev->lsn as 16 upper-case
  * hex digits, like LSN_FMT ("m-00000000016B3A28"). The LSN is the one
@@ -113,5 +177,15 @@ int outbox_event_from_envelope(const char *content, size_t len, struct w2j_scrat
  * that do not fit in int64 microseconds.
  */
 int outbox_timestamp_us(const char *text, size_t len, int64_t *unix_us);
+
+/* Room for outbox_time_format()'s text. */
+#define OUTBOX_TIME_MAX 40
+
+/* Microseconds since the Unix epoch as UTC text into buf (OUTBOX_TIME_MAX
+ * bytes), trailing zeros of the fraction dropped: as PostgreSQL prints a
+ * timestamptz in UTC with DateStyle ISO ("2026-03-01 10:00:00.123+00"), or
+ * with rfc3339 as RFC 3339 wants it ("2026-03-01T10:00:00.123Z"). Returns
+ * the length, or 0 outside the years 1 to 9999. */
+size_t outbox_time_format(int64_t unix_usec, bool rfc3339, char *buf);
 
 #endif

@@ -95,6 +95,8 @@ int partition_decide(const struct partition_facts *f, const struct partition_see
 
 /* Step 0 (pure): whether an 'I' record has every column the decoder needs. */
 bool partition_outbox_shaped(const struct w2j_record *rec);
+/* The same for the columns of map (NULL: W2J_DEFAULT_COLUMNS). */
+bool partition_outbox_shaped_as(const struct w2j_record *rec, const struct w2j_columns_map *map);
 
 struct partition_map;
 
@@ -103,6 +105,9 @@ struct partition_map;
 struct partition_map *partition_map_new(const char *dsn, const char *slot, const char *schema,
                                         const char *table);
 void partition_map_free(struct partition_map *pm);
+
+/* The outbox's columns (borrowed; NULL: W2J_DEFAULT_COLUMNS), for step 0. */
+void partition_map_set_columns(struct partition_map *pm, const struct w2j_columns_map *map);
 
 /* The stream's transaction boundaries: xid from the B/C line (wal2json's
  * include-xids; < 0 unknown), commit_end the commit's end LSN. */

@@ -29,6 +29,7 @@
 #include <stddef.h>
 
 struct slot; /* slot.h */
+struct w2j_columns_map; /* outbox_event.h */
 
 /* What an existing publication means for the relayer (the rules above),
  * first rule broken first. */
@@ -41,13 +42,16 @@ enum publication_verdict {
     PUBLICATION_ROW_FILTER,      /* usable, but a row filter drops rows (a warning) */
 };
 
-/* The verdict. attnames: the column list as comma-separated names (NULL or
+/* The verdict. columns: the relayer's column mapping (NULL: the default
+ * layout's); attnames: the column list as comma-separated names (NULL or
  * "": none); rowfilter NULL or "": none. *column gets the column left out
  * (PUBLICATION_COLUMN_LEFT_OUT), else NULL. Pure; the stream, the
  * maintenance poll and `outbox-relay check` all judge by it. */
 enum publication_verdict publication_judge(bool pubinsert, bool viaroot, bool covers,
-                                           bool partitioned, const char *attnames,
-                                           const char *rowfilter, const char **column);
+                                           bool partitioned,
+                                           const struct w2j_columns_map *columns,
+                                           const char *attnames, const char *rowfilter,
+                                           const char **column);
 
 /* What a publication publishes of the outbox, as publication_build_query()'s
  * row says. Strings are borrowed (a PGresult's). */
@@ -82,7 +86,7 @@ void publication_read_state(const struct pg_result *res, int row, struct publica
  * publication_ensure). Pure. */
 const char *publication_problem(const struct publication_state *st, const char *name,
                                 const char *schema, const char *table, bool partitioned,
-                                char *buf, size_t cap);
+                                const struct w2j_columns_map *columns, char *buf, size_t cap);
 
 /* Writes the CREATE PUBLICATION statement for name and the outbox table
  * into buf (names quoted as identifiers). Pure. Returns the length, or -1

@@ -48,6 +48,7 @@ struct reap {
     const char *slot;
     bool slots_table; /* public.outbox_relay_slots exists */
     char mark_x[24]; /* res->used.xmin as decimal text, for the queries */
+    char created_at[70]; /* the timestamp column, quoted, for the queries */
     char pqmsg[REAPER_ERRLEN]; /* pq_reason's buffer */
     bool counting;        /* prog runs: rows are being deleted */
     struct progress prog; /* rows done = res->rows */
@@ -60,6 +61,9 @@ struct reap {
  * unique across partitions. Pure; exposed for tests. Returns the length or
  * -1 when buf is too small. */
 int reaper_build_delete(const char *table, bool partitioned, char *buf, size_t cap);
+/* The same on another timestamp column (column: quoted as needed). */
+int reaper_build_delete_on(const char *table, const char *column, bool partitioned, char *buf,
+                           size_t cap);
 
 /* reaper.c: after rows were deleted or a partition dropped, notes
  * res->rows in the run's progress: a log line when one is due, the

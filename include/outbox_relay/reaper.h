@@ -82,6 +82,8 @@ struct reaper_options {
     const char *table_schema;
     const char *table_name;
     const char *retention;   /* PostgreSQL interval text; "0" (or <= 0) = off */
+    const char *created_at_column; /* the rows' timestamp column (a plain
+                                      identifier); NULL: created_at */
     long batch;              /* rows per DELETE transaction */
     double pause;            /* seconds between batches */
     /* Longest wait for the slot to confirm the fresh mark (once per run)

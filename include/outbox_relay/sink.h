@@ -2,8 +2,8 @@
  * sink.h — the Kafka sink: owns the librdkafka producer.
  *
  * Events go out with key = aggregate id, value = payload, headers event_id,
- * event_type and created_at, to the topic the template gives for the event's
- * type. The producer is idempotent with acks=all and, unless the user says
+ * event_type, created_at and the configured ones (event_headers.h), to the
+ * topic the template gives for the event's type and columns. The producer is idempotent with acks=all and, unless the user says
  * otherwise with -X, never times a message out (message.timeout.ms=0): a
  * broker outage makes deliveries wait, it never turns into a skipped event.
  *
@@ -65,8 +65,16 @@ struct sink;
 /* What the sink reads from the relayer's configuration. */
 struct sink_options {
     const char *brokers;        /* bootstrap.servers; NULL or "": from kafka */
-    const char *topic_template; /* {type} {prefix}, or a fixed topic (topic.h);
-                                   must outlive the sink */
+    const char *topic_template; /* {type} {prefix} {column}, or a fixed topic
+                                   (topic.h); must outlive the sink */
+    const struct w2j_columns_map *columns; /* extra columns: headers and the
+                                   template's {column}s (NULL: none); must
+                                   outlive the sink */
+    const char *id_header;      /* the event id also under this header
+                                   (NULL: only event_id) */
+    int envelope;               /* enum event_envelope (event_headers.h) */
+    const char *ce_source;      /* cloudevents: ce_source (copied); NULL:
+                                   set later with sink_set_ce_source */
     const char *const *kafka;   /* -X properties: nkafka (key, value) pairs,
                                    in order given; read only by sink_new */
     size_t nkafka;
@@ -127,6 +135,13 @@ bool sink_brokers_up(const struct sink *sk);
 const char *sink_last_topic(const struct sink *sk);
 
 const char *sink_errstr(const struct sink *sk);
+
+/* Whether events need a ce_source the sink does not have yet
+ * (--envelope cloudevents without --ce-source). */
+bool sink_needs_ce_source(const struct sink *sk);
+
+/* Sets ce_source (copied, truncated to 511 bytes). */
+void sink_set_ce_source(struct sink *sk, const char *source);
 
 /* The class of the error of the last refused sink_produce()/_raw(). */
 enum kafka_err_class sink_err_class(const struct sink *sk);

@@ -33,11 +33,15 @@
 
 /* The slot being administered. Every pointer is borrowed (the stream's);
  * the struct itself holds no resource, so it needs no _free. */
+struct w2j_columns_map; /* outbox_event.h */
+
 struct slot {
     PGconn *conn;               /* the replication connection, or NULL */
     const char *name;           /* the slot */
     const char *table_schema;   /* the outbox table */
     const char *table_name;
+    const struct w2j_columns_map *columns; /* the outbox's (layout.h); NULL:
+                                              W2J_DEFAULT_COLUMNS */
     const char *plugin;         /* output plugin the slot must have */
     const char *plugin_package; /* what to install when it is missing */
     bool recreate_slot;         /* stream_options.recreate_slot */

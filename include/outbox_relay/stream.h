@@ -21,6 +21,8 @@
 #include "outbox_relay/stream_rc.h"
 #include "outbox_relay/wire.h"
 
+struct w2j_columns_map; /* outbox_event.h */
+
 struct decoder; /* decoder.h */
 
 struct stream_options {
@@ -29,6 +31,9 @@ struct stream_options {
                                       NULL: wal2json) */
     const char *dsn;
     const char *slot;
+    struct w2j_columns_map *columns; /* checked against the table at each
+                                        start, types filled in (layout.h;
+                                        borrowed; NULL: not checked) */
     const char *table_schema;
     const char *table_name;
     const char *message_prefix; /* "" or NULL: no logical messages */
@@ -112,6 +117,9 @@ void stream_stop(struct stream *s, int timeout_ms);
 void stream_close(struct stream *s);
 
 bool stream_connected(const struct stream *s);
+
+/* The database the connection is to (PQdb), or NULL when not connected. */
+const char *stream_database(const struct stream *s);
 
 /* True while replication is running on the connection (not while a standby
  * merely keeps its connection to look at the slot). */

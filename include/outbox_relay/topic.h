@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "outbox_relay/outbox_event.h"
+
 /* Open addressing, at most half full, so a lookup ends at the entry or at
  * an empty slot within a few probes. Types beyond the cap (a template that
  * makes a topic per aggregate would) are not cached. */
@@ -30,14 +32,30 @@ struct topic_cache {
 };
 
 /* Validates a topic template: literal parts must be legal Kafka topic
- * characters [A-Za-z0-9._-], placeholders only {type} and {prefix}.
- * Returns 0, or -1 with a message in err. */
+ * characters [A-Za-z0-9._-]; in braces stand {type}, {prefix} or the name
+ * of a column of the outbox table ({aggregatetype}: a plain identifier of
+ * at most 63 bytes; whether the table has it is checked at startup,
+ * layout.h). Returns 0, or -1 with a message in err. */
 int topic_check_template(const char *tmpl, char *err, size_t errlen);
 
-/* Expands a topic template for an event type into out (capacity cap):
- * {type} is the type, {prefix} its part before the first dot. Returns the
- * length, or -1 if the result is empty, longer than 249 bytes or contains
- * characters Kafka does not allow in topic names. */
+/* The next column placeholder of a template (neither {type} nor {prefix})
+ * from *pos on: copies its name into name (capacity cap), moves *pos past
+ * it and returns 1; 0 when there is none left; -1 when cap is too small. */
+int topic_next_column(const char **pos, char *name, size_t cap);
+
+/* Whether the template has {type} or {prefix}. */
+bool topic_uses_type(const char *tmpl);
+
+/* Expands a topic template for ev into out (capacity cap): {type} is the
+ * type, {prefix} its part before the first dot, {column} the value of that
+ * extra column of map (struct w2j_columns_map.extra) in ev->extra. Returns
+ * the length, or -1 if a column is not mapped or NULL, or the result is
+ * empty, longer than 249 bytes or contains characters Kafka does not allow
+ * in topic names. */
+int topic_name_event(const char *tmpl, const struct outbox_event *ev,
+                     const struct w2j_columns_map *map, char *out, size_t cap);
+
+/* topic_name_event() for a type alone (no column placeholders). */
 int topic_name(const char *tmpl, const char *type, size_t type_len, char *out, size_t cap);
 
 /* The entry for type: the cached one, or the empty slot where it belongs

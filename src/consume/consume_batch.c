@@ -118,6 +118,15 @@ static void view_free(struct msg_view *v)
     v->key = v->type = v->payload = NULL;
 }
 
+/* The last value of header name, or when there is none of alt. */
+static bool header_last(rd_kafka_headers_t *hdrs, const char *name, const char *alt,
+                        const void **val, size_t *size)
+{
+    return hdrs != NULL &&
+           (rd_kafka_header_get_last(hdrs, name, val, size) == RD_KAFKA_RESP_ERR_NO_ERROR ||
+            rd_kafka_header_get_last(hdrs, alt, val, size) == RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
 /* Fills v from a Kafka message. Returns 0, or -1 when out of memory. */
 static int view_make(struct msg_view *v, const rd_kafka_message_t *km)
 {
@@ -128,8 +137,8 @@ static int view_make(struct msg_view *v, const rd_kafka_message_t *km)
     const char *topic = rd_kafka_topic_name(km->rkt);
 
     rd_kafka_message_headers(km, &hdrs);
-    if (hdrs && rd_kafka_header_get_last(hdrs, "event_id", &val, &size) ==
-                    RD_KAFKA_RESP_ERR_NO_ERROR &&
+    /* Our headers, or the CloudEvents Kafka binding's (--envelope cloudevents) */
+    if (header_last(hdrs, "event_id", "ce_id", &val, &size) &&
         val != NULL && size > 0 && size < sizeof v->event_id && id_text_ok(val, size)) {
         memcpy(v->event_id, val, size);
         v->event_id[size] = '\0';
@@ -137,8 +146,7 @@ static int view_make(struct msg_view *v, const rd_kafka_message_t *km)
         snprintf(v->event_id, sizeof v->event_id, "kafka-%s-%" PRId32 "-%" PRId64, topic,
                  km->partition, km->offset);
     }
-    if (hdrs && rd_kafka_header_get_last(hdrs, "event_type", &val, &size) ==
-                    RD_KAFKA_RESP_ERR_NO_ERROR && val != NULL) {
+    if (header_last(hdrs, "event_type", "ce_type", &val, &size) && val != NULL) {
         if ((v->type = dup_span(val, size)) == NULL)
             goto oom;
     }

@@ -112,7 +112,8 @@ static void check_event(const struct outbox_event *ev, const char *line, size_t 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const struct w2j_columns_map custom = {"k", "a", "t", "p", NULL};
+    static const struct w2j_columns_map custom = {.id = "k", .aggregate_id = "a", .type = "t",
+                                                  .payload = "p"};
     char *line = malloc(size ? size : 1);
     char err[W2J_ERRLEN];
     struct outbox_event ev;

@@ -985,7 +985,10 @@ class Message:
         k = m.key()
         self.key = k.decode("utf-8") if k is not None else None
         self.raw_value = m.value()
-        self.value = self.raw_value.decode("utf-8") if self.raw_value is not None else None
+        try:  # a bytea payload need not be UTF-8: raw_value has its bytes
+            self.value = self.raw_value.decode("utf-8") if self.raw_value is not None else None
+        except UnicodeDecodeError:
+            self.value = None
         self.headers = {}
         for name, val in (m.headers() or []):
             self.headers[name] = val.decode("utf-8") if val is not None else None

@@ -230,25 +230,25 @@ static void test_slot(void)
 static void test_publication_judge(void)
 {
     const char *gone = "x";
-    CHECK_EQ_INT(publication_judge(true, true, true, false, NULL, NULL, &gone), PUBLICATION_OK);
+    CHECK_EQ_INT(publication_judge(true, true, true, false, NULL, NULL, NULL, &gone), PUBLICATION_OK);
     CHECK(gone == NULL);
-    CHECK_EQ_INT(publication_judge(false, false, false, true, NULL, NULL, &gone),
+    CHECK_EQ_INT(publication_judge(false, false, false, true, NULL, NULL, NULL, &gone),
                  PUBLICATION_NO_INSERT);
-    CHECK_EQ_INT(publication_judge(true, false, true, true, NULL, NULL, &gone),
+    CHECK_EQ_INT(publication_judge(true, false, true, true, NULL, NULL, NULL, &gone),
                  PUBLICATION_NOT_VIA_ROOT);
-    CHECK_EQ_INT(publication_judge(true, false, true, false, NULL, NULL, &gone),
+    CHECK_EQ_INT(publication_judge(true, false, true, false, NULL, NULL, NULL, &gone),
                  PUBLICATION_OK); /* a plain table does not need via-root */
-    CHECK_EQ_INT(publication_judge(true, true, false, false, NULL, NULL, &gone),
+    CHECK_EQ_INT(publication_judge(true, true, false, false, NULL, NULL, NULL, &gone),
                  PUBLICATION_NOT_COVERED);
-    CHECK_EQ_INT(publication_judge(true, true, true, false, "id,aggregate_id,type,payload",
+    CHECK_EQ_INT(publication_judge(true, true, true, false, NULL, "id,aggregate_id,type,payload",
                                    NULL, &gone), PUBLICATION_COLUMN_LEFT_OUT);
     CHECK(gone != NULL && strcmp(gone, "created_at") == 0);
-    CHECK_EQ_INT(publication_judge(true, true, true, false,
+    CHECK_EQ_INT(publication_judge(true, true, true, false, NULL,
                                    "created_at,payload,type,aggregate_id,id,extra", NULL, &gone),
                  PUBLICATION_OK);
-    CHECK_EQ_INT(publication_judge(true, true, true, false, "", "(type <> 'x')", &gone),
+    CHECK_EQ_INT(publication_judge(true, true, true, false, NULL, "", "(type <> 'x')", &gone),
                  PUBLICATION_ROW_FILTER);
-    CHECK_EQ_INT(publication_judge(true, true, true, false, NULL, "", &gone), PUBLICATION_OK);
+    CHECK_EQ_INT(publication_judge(true, true, true, false, NULL, NULL, "", &gone), PUBLICATION_OK);
 }
 
 static enum config_result load(struct relay_config *cfg, char *err, int argc, ...)

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "outbox_relay/config.h"
+#include "outbox_relay/event_headers.h"
 #include "outbox_relay/topic.h"
 
 static enum config_result load(struct relay_config *cfg, char **envp, char *err, int argc, ...)
@@ -187,8 +188,12 @@ static void test_errors(void)
     expect_error("--table", 7, "--dsn", "dbname=x", "--brokers", "b", "--table", "a.b.c");
     expect_error("--table", 7, "--dsn", "dbname=x", "--brokers", "b", "--table", "pub\"lic.t");
     expect_error("topic template", 7, "--dsn", "dbname=x", "--brokers", "b", "--topic", "a b");
+    /* {nope} is now a column placeholder (refused at startup when the table
+     * lacks it: test_layouts.py); what is no identifier still fails here */
     expect_error("only {type} and {prefix}", 7, "--dsn", "dbname=x", "--brokers", "b",
-                 "--topic", "{nope}");
+                 "--topic", "{no-pe}");
+    expect_error("only {type} and {prefix}", 7, "--dsn", "dbname=x", "--brokers", "b",
+                 "--topic", "x.{}");
     expect_error("needs a value", 2, "--dsn");
     expect_error("-X expects property=value", 7, "--dsn", "dbname=x", "--brokers", "b", "-X",
                  "novalue");
@@ -302,8 +307,88 @@ static void test_help_and_version(void)
     stdout = saved;
 }
 
+/* --layout, --column-*, --header-column and {column} topics build the
+ * column map. */
+static void test_layouts(void)
+{
+    struct relay_config c;
+    char err[CONFIG_ERRLEN];
+    char *none[] = {NULL};
+    /* the default layout: our names, and the reaper on */
+    CHECK_EQ_INT(load(&c, none, err, 5, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK(strcmp(c.columns.id, "id") == 0 && strcmp(c.columns.aggregate_id, "aggregate_id") == 0);
+    CHECK(strcmp(c.columns.created_at, "created_at") == 0);
+    CHECK_EQ_INT(c.columns.nextra, 0);
+    CHECK(c.id_header == NULL);
+    CHECK(strcmp(c.retention, "7 days") == 0);
+    config_free(&c);
+    /* Debezium's: its names, its topic, header id, no timestamp (reaper off) */
+    CHECK_EQ_INT(load(&c, none, err, 7, "--dsn", "dbname=d", "--brokers", "k:1", "--layout",
+                      "debezium"), CONFIG_OK);
+    CHECK_EQ_INT(c.layout, LAYOUT_DEBEZIUM);
+    CHECK(strcmp(c.columns.aggregate_id, "aggregateid") == 0);
+    CHECK(c.columns.created_at == NULL);
+    CHECK_EQ_INT(c.columns.id_kind, OUTBOX_ID_TEXT);
+    CHECK(strcmp(c.topic, "outbox.event.{aggregatetype}") == 0);
+    CHECK_EQ_INT(c.columns.nextra, 1);
+    CHECK(strcmp(c.columns.extra[0].column, "aggregatetype") == 0 &&
+          c.columns.extra[0].header == NULL);
+    CHECK(c.id_header != NULL && strcmp(c.id_header, "id") == 0);
+    CHECK(strcmp(c.retention, "0") == 0);
+    config_free(&c);
+    /* a column given wins over the layout's; none; repeated header columns */
+    CHECK_EQ_INT(load(&c, none, err, 17, "--dsn", "dbname=d", "--brokers", "k:1", "--layout",
+                      "debezium", "--column-key", "none", "--column-created-at", "ts",
+                      "--header-column", "tenant_id:x-tenant", "--header-column", "schema_v",
+                      "--topic", "{tenant_id}.{type}"), CONFIG_OK);
+    CHECK(c.columns.aggregate_id == NULL);
+    CHECK(strcmp(c.columns.created_at, "ts") == 0);
+    CHECK(strcmp(c.retention, "7 days") == 0);
+    CHECK_EQ_INT(c.columns.nextra, 2);
+    CHECK(strcmp(c.columns.extra[0].column, "tenant_id") == 0 &&
+          strcmp(c.columns.extra[0].header, "x-tenant") == 0);
+    CHECK(strcmp(c.columns.extra[1].column, "schema_v") == 0 &&
+          strcmp(c.columns.extra[1].header, "schema_v") == 0);
+    config_free(&c);
+    /* from the environment too (a list there is ','-separated) */
+    char *env[] = {"OUTBOX_RELAY_HEADER_COLUMN=a,b:bee", "OUTBOX_RELAY_COLUMN_ID=event_no",
+                   NULL};
+    CHECK_EQ_INT(load(&c, env, err, 5, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK(strcmp(c.columns.id, "event_no") == 0);
+    CHECK_EQ_INT(c.columns.nextra, 2);
+    CHECK(strcmp(c.columns.extra[1].header, "bee") == 0);
+    config_free(&c);
+
+    expect_error("--column-id cannot be none", 7, "--dsn", "dbname=x", "--brokers", "b",
+                 "--column-id", "none");
+    expect_error("--column-type \"a-b\" must be a plain column name", 7, "--dsn", "dbname=x",
+                 "--brokers", "b", "--column-type", "a-b");
+    expect_error("--header-column", 7, "--dsn", "dbname=x", "--brokers", "b",
+                 "--header-column", "x:");
+    expect_error("one the relayer sets itself", 7, "--dsn", "dbname=x", "--brokers", "b",
+                 "--header-column", "t:event_id");
+    expect_error("given twice", 9, "--dsn", "dbname=x", "--brokers", "b", "--header-column",
+                 "t", "--header-column", "t:u");
+    expect_error("--layout", 7, "--dsn", "dbname=x", "--brokers", "b", "--layout", "odoo");
+
+    /* --envelope and --ce-source */
+    CHECK_EQ_INT(load(&c, none, err, 5, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK_EQ_INT(c.envelope, EVENT_ENVELOPE_PLAIN);
+    CHECK(c.ce_source == NULL);
+    config_free(&c);
+    CHECK_EQ_INT(load(&c, none, err, 9, "--dsn", "dbname=d", "--brokers", "k:1", "--envelope",
+                      "cloudevents", "--ce-source", "urn:orders"), CONFIG_OK);
+    CHECK_EQ_INT(c.envelope, EVENT_ENVELOPE_CLOUDEVENTS);
+    CHECK(strcmp(c.ce_source, "urn:orders") == 0);
+    config_free(&c);
+    expect_error("--envelope", 7, "--dsn", "dbname=x", "--brokers", "b", "--envelope", "avro");
+    expect_error("--ce-source must be a URI-reference", 9, "--dsn", "dbname=x", "--brokers", "b",
+                 "--envelope", "cloudevents", "--ce-source", "my source");
+}
+
 int main(void)
 {
+    test_layouts();
     test_defaults();
     test_precedence();
     test_plugin();

@@ -39,8 +39,9 @@ static char *dup_span(const char *p, size_t n)
 {
     if (p == NULL)
         return NULL;
-    char *d = malloc(n ? n : 1);
+    char *d = malloc(n + 1); /* NUL-terminated: test_describe strstr()s it */
     memcpy(d, p, n);
+    d[n] = '\0';
     return d;
 }
 
@@ -282,6 +283,136 @@ static void test_describe_escapes(void)
     decoder_free(d);
 }
 
+/* A frame under construction. */
+struct frame {
+    char b[4096];
+    size_t n;
+};
+
+static void put_u8(struct frame *f, unsigned v)
+{
+    f->b[f->n++] = (char) v;
+}
+
+static void put_u32(struct frame *f, uint32_t v)
+{
+    for (int i = 3; i >= 0; i--)
+        put_u8(f, (v >> (8 * i)) & 0xff);
+}
+
+static void put_cstr(struct frame *f, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    memcpy(f->b + f->n, s, n);
+    f->n += n;
+}
+
+/* Relation oid public.<rel> with columns names[i] of types oids[i]. */
+static void relation(struct frame *f, uint32_t oid, const char *rel, const char *const *names,
+                     const uint32_t *oids, int n)
+{
+    f->n = 0;
+    put_u8(f, 'R');
+    put_u32(f, oid);
+    put_cstr(f, "public");
+    put_cstr(f, rel);
+    put_u8(f, 'd');
+    put_u8(f, 0);
+    put_u8(f, (unsigned) n);
+    for (int i = 0; i < n; i++) {
+        put_u8(f, 0);
+        put_cstr(f, names[i]);
+        put_u32(f, oids[i]);
+        put_u32(f, 0xffffffffu);
+    }
+}
+
+/* Insert into oid of values (NULL: SQL NULL). */
+static void insert(struct frame *f, uint32_t oid, const char *const *values, int n)
+{
+    f->n = 0;
+    put_u8(f, 'I');
+    put_u32(f, oid);
+    put_u8(f, 'N');
+    put_u8(f, 0);
+    put_u8(f, (unsigned) n);
+    for (int i = 0; i < n; i++) {
+        if (values[i] == NULL) {
+            put_u8(f, 'n');
+            continue;
+        }
+        put_u8(f, 't');
+        put_u32(f, (uint32_t) strlen(values[i]));
+        memcpy(f->b + f->n, values[i], strlen(values[i]));
+        f->n += strlen(values[i]);
+    }
+}
+
+/* Debezium's table through a column map: uuid id, bytea payload (pgoutput
+ * prints "\x..."), extra columns, indexes resolved per relation (a resent
+ * Relation with the columns in another order is followed). */
+static void test_layouts(void)
+{
+    static const char *const names[] = {"id", "aggregatetype", "aggregateid", "type",
+                                        "payload", "traceparent"};
+    static const uint32_t oids[] = {2950, 1043, 1043, 1043, 17, 25};
+    static const char *const names2[] = {"payload", "type", "traceparent", "aggregateid",
+                                         "aggregatetype", "id"};
+    static const uint32_t oids2[] = {17, 1043, 25, 1043, 1043, 2950};
+    struct w2j_columns_map map = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
+                                  .payload = "payload", .id_kind = OUTBOX_ID_TEXT};
+    CHECK_EQ_INT(outbox_columns_add_extra(&map, "aggregatetype", NULL), 0);
+    CHECK_EQ_INT(outbox_columns_add_extra(&map, "traceparent", "traceparent"), 1);
+    struct decoder *d = decoder_pgoutput_new();
+    d->columns = &map;
+    struct decoder_record rec;
+    struct outbox_event ev;
+    char err[DECODER_ERRLEN];
+    static struct frame f;
+
+    relation(&f, 16400, "outbox", names, oids, 6);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0, &rec, err, sizeof err), 0);
+    for (int round = 0; round < 2; round++) {
+        const char *v[] = {"0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b", "order", "o-1", "Created",
+                           "\\x00ff41", round ? "00-ab-cd-01" : NULL};
+        insert(&f, 16400, v, 6);
+        CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x100, &rec, err, sizeof err), 0);
+        CHECK_EQ_INT(decoder_event(d, &rec, &ev, err, sizeof err), 0);
+        CHECK(strcmp(ev.event_id, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b") == 0);
+        CHECK(is(ev.aggregate_id, ev.aggregate_id_len, "o-1"));
+        CHECK(is(ev.type, ev.type_len, "Created"));
+        CHECK(ev.payload_len == 3 && memcmp(ev.payload, "\x00\xff\x41", 3) == 0);
+        CHECK(is(ev.extra[0].ptr, ev.extra[0].len, "order"));
+        CHECK(round ? is(ev.extra[1].ptr, ev.extra[1].len, "00-ab-cd-01")
+                    : ev.extra[1].ptr == NULL);
+        CHECK(ev.created_at == NULL);
+    }
+    /* the table was altered: a new Relation, other column order */
+    relation(&f, 16400, "outbox", names2, oids2, 6);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0, &rec, err, sizeof err), 0);
+    const char *v2[] = {"\\x", "Moved", NULL, "c-2", "customer", "u-2"};
+    insert(&f, 16400, v2, 6);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x200, &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(decoder_event(d, &rec, &ev, err, sizeof err), 0);
+    CHECK(strcmp(ev.event_id, "u-2") == 0);
+    CHECK(is(ev.aggregate_id, ev.aggregate_id_len, "c-2"));
+    CHECK(is(ev.extra[0].ptr, ev.extra[0].len, "customer"));
+    CHECK(ev.payload != NULL && ev.payload_len == 0);
+    /* a bytea in escape format is refused, naming the column */
+    const char *v3[] = {"\\000", "Moved", NULL, "c-2", "customer", "u-3"};
+    insert(&f, 16400, v3, 6);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x300, &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(decoder_event(d, &rec, &ev, err, sizeof err), -1);
+    CHECK(strstr(err, "column \"payload\" (bytea) is not in hex format") != NULL);
+    /* a mapped column the relation lacks */
+    CHECK_EQ_INT(outbox_columns_add_extra(&map, "tenant", "x-tenant"), 2);
+    insert(&f, 16400, v2, 6);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x400, &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(decoder_event(d, &rec, &ev, err, sizeof err), -1);
+    CHECK(strstr(err, "missing column \"tenant\"") != NULL);
+    decoder_free(d);
+}
+
 static void test_options(void)
 {
     struct decoder *d = decoder_pgoutput_new();
@@ -321,6 +452,7 @@ static void test_options(void)
 
 int main(void)
 {
+    test_layouts();
     test_describe();
     test_describe_escapes();
     test_same_as_wal2json();

@@ -32,7 +32,7 @@
 struct world {
     int produced;
     uint64_t tokens[16];
-    char ids[16][32];
+    char ids[16][OUTBOX_EVENT_ID_MAX];
     int produce_rc; /* what produce answers */
     int dead_letters;
     uint64_t dl_token;

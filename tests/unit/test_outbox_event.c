@@ -291,8 +291,86 @@ static void test_scratch(void)
     w2j_scratch_free(&s); /* twice is harmless */
 }
 
+static void test_bytea_and_extras(void)
+{
+    char out[16];
+    CHECK_EQ_INT(outbox_bytea_decode("\\x00ff41", 8, out), 3);
+    CHECK(memcmp(out, "\x00\xff\x41", 3) == 0);
+    CHECK_EQ_INT(outbox_bytea_decode("\\xAbCd", 6, out), 2);
+    CHECK(memcmp(out, "\xab\xcd", 2) == 0);
+    CHECK_EQ_INT(outbox_bytea_decode("\\x", 2, out), 0);
+    CHECK_EQ_INT(outbox_bytea_decode("\\x0", 3, out), -1);      /* odd */
+    CHECK_EQ_INT(outbox_bytea_decode("\\x0g", 4, out), -1);     /* not hex */
+    CHECK_EQ_INT(outbox_bytea_decode("\\000abc", 7, out), -1);  /* bytea_output = escape */
+    CHECK_EQ_INT(outbox_bytea_decode("00", 2, out), -1);         /* no \x */
+    CHECK_EQ_INT(outbox_hex_decode("00ff", 4, out), 2);
+    CHECK_EQ_INT(outbox_hex_decode("", 0, out), 0);
+    /* in place: the output never overtakes the input */
+    char inplace[] = "\\x6869212121";
+    CHECK_EQ_INT(outbox_bytea_decode(inplace, strlen(inplace), inplace), 5);
+    CHECK(memcmp(inplace, "hi!!!", 5) == 0);
+
+    struct outbox_event ev;
+    outbox_event_reset(&ev, 1);
+    CHECK_EQ_INT(outbox_event_set_text_id(&ev, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b", 36), 0);
+    CHECK(strcmp(ev.event_id, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b") == 0);
+    CHECK_EQ_INT(outbox_event_set_text_id(&ev, "", 0), -1);
+    CHECK_EQ_INT(outbox_event_set_text_id(&ev, "a\nb", 3), -1);
+    CHECK(strcmp(ev.event_id, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b") == 0); /* unchanged */
+
+    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", NULL), 0);
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", "x-tenant"), 0); /* gets the header */
+    CHECK(strcmp(m.extra[0].header, "x-tenant") == 0);
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", "other"), 0);    /* keeps it */
+    CHECK(strcmp(m.extra[0].header, "x-tenant") == 0);
+    CHECK_EQ_INT(outbox_columns_extra_index(&m, "tenant"), 0);
+    CHECK_EQ_INT(outbox_columns_extra_index(&m, "nope"), -1);
+    static const char *const names[] = {"a", "b", "c", "d", "e", "f", "g"};
+    for (int i = 0; i < 7; i++)
+        CHECK_EQ_INT(outbox_columns_add_extra(&m, names[i], NULL), i + 1);
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "h", NULL), -1); /* OUTBOX_MAX_EXTRA */
+}
+
+/* outbox_time_format: PostgreSQL's UTC text and RFC 3339 (ce_time). */
+static void test_time_format(void)
+{
+    static const struct {
+        int64_t us;
+        const char *pg, *rfc;
+    } t[] = {
+        {INT64_C(1796049482796452), "2026-11-30 14:38:02.796452+00",
+         "2026-11-30T14:38:02.796452Z"},
+        {INT64_C(1796049482700000), "2026-11-30 14:38:02.7+00", "2026-11-30T14:38:02.7Z"},
+        {INT64_C(1796049482000000), "2026-11-30 14:38:02+00", "2026-11-30T14:38:02Z"},
+        {0, "1970-01-01 00:00:00+00", "1970-01-01T00:00:00Z"},
+        {INT64_C(-500000), "1969-12-31 23:59:59.5+00", "1969-12-31T23:59:59.5Z"},
+        {INT64_C(951825600000000), "2000-02-29 12:00:00+00", "2000-02-29T12:00:00Z"},
+    };
+    char buf[OUTBOX_TIME_MAX];
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        CHECK_EQ_INT(outbox_time_format(t[i].us, false, buf), strlen(t[i].pg));
+        CHECK(strcmp(buf, t[i].pg) == 0);
+        CHECK_EQ_INT(outbox_time_format(t[i].us, true, buf), strlen(t[i].rfc));
+        CHECK(strcmp(buf, t[i].rfc) == 0);
+        /* and back */
+        int64_t us = 1;
+        CHECK_EQ_INT(outbox_timestamp_us(t[i].pg, strlen(t[i].pg), &us), 0);
+        CHECK_EQ_INT(us, t[i].us);
+    }
+    /* an offset is folded into UTC */
+    int64_t us;
+    CHECK_EQ_INT(outbox_timestamp_us("2026-11-30 20:08:02+05:30", 25, &us), 0);
+    CHECK_EQ_INT(outbox_time_format(us, true, buf), 20);
+    CHECK(strcmp(buf, "2026-11-30T14:38:02Z") == 0);
+    /* outside years 1..9999 */
+    CHECK_EQ_INT(outbox_time_format(INT64_C(253402300800000000), true, buf), 0);
+}
+
 int main(void)
 {
+    test_time_format();
+    test_bytea_and_extras();
     test_timestamps();
     test_timestamp_text();
     test_ids();

@@ -10,8 +10,8 @@
 
 static const char *problem(struct publication_state st, bool partitioned, char *buf, size_t cap)
 {
-    return publication_problem(&st, "outbox_relay", "public", "events_outbox", partitioned, buf,
-                               cap);
+    return publication_problem(&st, "outbox_relay", "public", "events_outbox", partitioned, NULL,
+                               buf, cap);
 }
 
 static void test_verdicts(void)

@@ -79,8 +79,52 @@ static void test_cache(void)
     free(c);
 }
 
+/* {column} placeholders: Debezium's outbox.event.{aggregatetype}. */
+static void test_columns(void)
+{
+    char out[256], name[64], err[256];
+    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    struct outbox_event ev;
+    outbox_event_reset(&ev, 0);
+    ev.type = "OrderCreated";
+    ev.type_len = 12;
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", "x-tenant"), 0);
+    CHECK_EQ_INT(outbox_columns_add_extra(&m, "aggregatetype", NULL), 1);
+    ev.extra[1] = (struct outbox_field){"order", 5};
+    CHECK_EQ_INT(topic_name_event("outbox.event.{aggregatetype}", &ev, &m, out, sizeof out), 18);
+    CHECK(strcmp(out, "outbox.event.order") == 0);
+    /* with {type} too; the tenant is NULL: no topic */
+    CHECK_EQ_INT(topic_name_event("{aggregatetype}-{type}", &ev, &m, out, sizeof out), 18);
+    CHECK(strcmp(out, "order-OrderCreated") == 0);
+    CHECK_EQ_INT(topic_name_event("t.{tenant}", &ev, &m, out, sizeof out), -1);
+    ev.extra[0] = (struct outbox_field){"acme", 4};
+    CHECK_EQ_INT(topic_name_event("t.{tenant}.{aggregatetype}", &ev, &m, out, sizeof out), 12);
+    CHECK(strcmp(out, "t.acme.order") == 0);
+    /* a value Kafka refuses, an unmapped column */
+    ev.extra[1] = (struct outbox_field){"or der", 6};
+    CHECK_EQ_INT(topic_name_event("x.{aggregatetype}", &ev, &m, out, sizeof out), -1);
+    CHECK_EQ_INT(topic_name_event("x.{region}", &ev, &m, out, sizeof out), -1);
+
+    CHECK_EQ_INT(topic_check_template("outbox.event.{aggregatetype}", err, sizeof err), 0);
+    CHECK_EQ_INT(topic_check_template("{Region_2}.{type}", err, sizeof err), 0);
+    CHECK_EQ_INT(topic_check_template("x.{no-pe}", err, sizeof err), -1);
+    CHECK(strstr(err, "only {type} and {prefix}") != NULL);
+    CHECK_EQ_INT(topic_check_template("x.{}", err, sizeof err), -1);
+    CHECK_EQ_INT(topic_check_template("x.{open", err, sizeof err), -1);
+
+    const char *pos = "a.{type}.{tenant}-{prefix}.{aggregatetype}";
+    CHECK_EQ_INT(topic_next_column(&pos, name, sizeof name), 1);
+    CHECK(strcmp(name, "tenant") == 0);
+    CHECK_EQ_INT(topic_next_column(&pos, name, sizeof name), 1);
+    CHECK(strcmp(name, "aggregatetype") == 0);
+    CHECK_EQ_INT(topic_next_column(&pos, name, sizeof name), 0);
+    CHECK(topic_uses_type("a.{prefix}"));
+    CHECK(!topic_uses_type("outbox.event.{aggregatetype}"));
+}
+
 int main(void)
 {
+    test_columns();
     test_name();
     test_cache();
     CHECK_DONE();

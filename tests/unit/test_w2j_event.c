@@ -120,7 +120,8 @@ static void test_decode(void)
     CHECK(err_has("action 'U'"));
 
     /* another table layout through the map; unmapped optional columns */
-    static const struct w2j_columns_map map = {"event_id", "key", "kind", "body", NULL};
+    static const struct w2j_columns_map map = {.id = "event_id", .aggregate_id = "key",
+                                               .type = "kind", .payload = "body"};
     {
         const char *line = INSERT_HEAD "\"columns\":[{\"name\":\"event_id\",\"value\":5},"
                                        "{\"name\":\"k\\u0069nd\",\"value\":\"k\"},"
@@ -258,8 +259,109 @@ static void test_scratch_growth(void)
     w2j_scratch_free(&scratch);
 }
 
+/* Other layouts: Debezium's uuid id, a bytea payload (wal2json prints it
+ * as bare hex), extra columns for headers and topics, text ids. */
+static void test_layouts(void)
+{
+    struct w2j_scratch scratch = {0};
+    struct outbox_event ev;
+    struct w2j_columns_map dbz = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
+                                  .payload = "payload", .id_kind = OUTBOX_ID_TEXT};
+    CHECK_EQ_INT(outbox_columns_add_extra(&dbz, "aggregatetype", NULL), 0);
+    CHECK_EQ_INT(outbox_columns_add_extra(&dbz, "traceparent", "traceparent"), 1);
+    CHECK_EQ_INT(outbox_columns_add_extra(&dbz, "aggregateid", "x-agg"), 2);
+    const char *line =
+        INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":\"0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b\"},"
+        "{\"name\":\"aggregatetype\",\"value\":\"order\"},"
+        "{\"name\":\"aggregateid\",\"value\":\"o-\\u00e91\"},"
+        "{\"name\":\"type\",\"value\":\"OrderCreated\"},"
+        "{\"name\":\"traceparent\",\"value\":null},"
+        "{\"name\":\"payload\",\"value\":\"{\\\"a\\\": 1}\"}]}";
+    CHECK_EQ_INT(w2j_parse(line, strlen(line), &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(w2j_event_decode(&rec, &dbz, &scratch, &ev, err, sizeof err), 0);
+    CHECK(strcmp(ev.event_id, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b") == 0);
+    CHECK_SPAN(ev.aggregate_id, ev.aggregate_id_len, "o-\xc3\xa9" "1");
+    CHECK_SPAN(ev.payload, ev.payload_len, "{\"a\": 1}");
+    CHECK(ev.created_at == NULL);
+    CHECK_SPAN(ev.extra[0].ptr, ev.extra[0].len, "order");
+    CHECK(ev.extra[1].ptr == NULL); /* NULL traceparent */
+    /* an extra column may also be a mapped one */
+    CHECK_SPAN(ev.extra[2].ptr, ev.extra[2].len, "o-\xc3\xa9" "1");
+    /* the same uuid id under the integer rule: refused, as before */
+    dbz.id_kind = OUTBOX_ID_INTEGER;
+    CHECK_EQ_INT(w2j_event_decode(&rec, &dbz, &scratch, &ev, err, sizeof err), -1);
+    CHECK(err_has("column \"id\" is not an integer"));
+    dbz.id_kind = OUTBOX_ID_TEXT;
+
+    /* bytea: bare hex to the raw bytes, NUL and 0xff included */
+    dbz.payload_bytea = true;
+    line = INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":\"u1\"},"
+                       "{\"name\":\"aggregatetype\",\"value\":\"blob\"},"
+                       "{\"name\":\"aggregateid\",\"value\":\"k\"},"
+                       "{\"name\":\"type\",\"value\":\"T\"},"
+                       "{\"name\":\"traceparent\",\"value\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"},"
+                       "{\"name\":\"payload\",\"value\":\"00ff41Fe\"}]}";
+    CHECK_EQ_INT(w2j_parse(line, strlen(line), &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(w2j_event_decode(&rec, &dbz, &scratch, &ev, err, sizeof err), 0);
+    CHECK_EQ_INT(ev.payload_len, 4);
+    CHECK(ev.payload != NULL && memcmp(ev.payload, "\x00\xff\x41\xfe", 4) == 0);
+    CHECK_SPAN(ev.extra[1].ptr, ev.extra[1].len,
+               "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    /* empty bytea: zero bytes, not NULL */
+    line = INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":\"u2\"},"
+                       "{\"name\":\"aggregatetype\",\"value\":\"b\"},"
+                       "{\"name\":\"aggregateid\",\"value\":null},"
+                       "{\"name\":\"type\",\"value\":\"T\"},"
+                       "{\"name\":\"traceparent\",\"value\":null},"
+                       "{\"name\":\"payload\",\"value\":\"\"}]}";
+    CHECK_EQ_INT(w2j_parse(line, strlen(line), &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(w2j_event_decode(&rec, &dbz, &scratch, &ev, err, sizeof err), 0);
+    CHECK(ev.payload != NULL && ev.payload_len == 0);
+    CHECK(ev.aggregate_id == NULL);
+    /* not hex: an error naming the column */
+    line = INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":\"u3\"},"
+                       "{\"name\":\"aggregatetype\",\"value\":\"b\"},"
+                       "{\"name\":\"aggregateid\",\"value\":null},"
+                       "{\"name\":\"type\",\"value\":\"T\"},"
+                       "{\"name\":\"traceparent\",\"value\":null},"
+                       "{\"name\":\"payload\",\"value\":\"0g\"}]}";
+    CHECK_EQ_INT(w2j_parse(line, strlen(line), &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(w2j_event_decode(&rec, &dbz, &scratch, &ev, err, sizeof err), -1);
+    CHECK(err_has("column \"payload\" (bytea) is not hex digits"));
+    /* a missing extra column is named */
+    CHECK_EQ_INT(outbox_columns_add_extra(&dbz, "tenant", "x-tenant"), 3);
+    CHECK_EQ_INT(w2j_event_decode(&rec, &dbz, &scratch, &ev, err, sizeof err), -1);
+    CHECK(err_has("missing column \"tenant\""));
+
+    /* text ids: up to 63 bytes, no control characters */
+    struct w2j_columns_map txt = W2J_DEFAULT_COLUMNS;
+    txt.id_kind = OUTBOX_ID_TEXT;
+    static const struct {
+        const char *id;
+        int rc;
+    } ids[] = {{"\"evt_1\"", 0}, {"\"a\\tb\"", -1}, {"\"\"", -1},
+               {"\"123456789012345678901234567890123456789012345678901234567890123\"", 0},
+               {"\"1234567890123456789012345678901234567890123456789012345678901234\"", -1},
+               {"42", 0}};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        char buf[512];
+        snprintf(buf, sizeof buf,
+                 INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":%s},"
+                 "{\"name\":\"aggregate_id\",\"value\":null},{\"name\":\"type\",\"value\":\"t\"},"
+                 "{\"name\":\"payload\",\"value\":null},{\"name\":\"created_at\",\"value\":null}]}",
+                 ids[i].id);
+        CHECK_EQ_INT(w2j_parse(buf, strlen(buf), &rec, err, sizeof err), 0);
+        int rc = w2j_event_decode(&rec, &txt, &scratch, &ev, err, sizeof err);
+        CHECK_EQ_INT(rc, ids[i].rc);
+        if (rc != ids[i].rc)
+            fprintf(stderr, "  ^ id %s: %s\n", ids[i].id, err);
+    }
+    w2j_scratch_free(&scratch);
+}
+
 int main(void)
 {
+    test_layouts();
     test_decode();
     test_decode_message();
     test_scratch_growth();

@@ -103,8 +103,8 @@ static char *typical_with(const char *esc, size_t esc_len, bool last, size_t *le
     return line;
 }
 
-static const struct w2j_columns_map no_created_at = {"id", "aggregate_id", "type", "payload",
-                                                     NULL};
+static const struct w2j_columns_map no_created_at = {
+    .id = "id", .aggregate_id = "aggregate_id", .type = "type", .payload = "payload"};
 
 /* The text the record holds for a value agrees with w2j_unescape(). */
 static void check_text(const struct w2j_record *r, const struct w2j_value *v,
