@@ -323,10 +323,11 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
     consume_batch_drop(c, 0);
     consume_commit_pending(c);
     log_info("stopping: %" PRIu64 " events applied, %" PRIu64 " duplicates skipped, %" PRIu64
-             " failed, %" PRIu64 " batches, %" PRIu64 " PostgreSQL reconnects, %" PRIu64
+             " failed, %" PRIu64 " batches (%" PRIu64 " pipelined, %" PRIu64 " applied again "
+             "one by one after a failing event), %" PRIu64 " PostgreSQL reconnects, %" PRIu64
              " batches given up at a revoke or stop",
              c->stats.applied, c->stats.duplicates, c->stats.failed, c->stats.batches,
-             c->stats.reconnects, c->stats.abandoned);
+             c->stats.pipelined, c->stats.one_by_one, c->stats.reconnects, c->stats.abandoned);
     if (c->halted)
         return CONSUMER_HALTED;
     if (c->fatal)
