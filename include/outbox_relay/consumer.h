@@ -8,10 +8,13 @@
  * transaction; per message it inserts (consumer, event_id) into
  * processed_events (ON CONFLICT DO NOTHING); when the row already existed the
  * message is a duplicate and is skipped, otherwise the handler runs inside a
- * SAVEPOINT. After COMMIT, and only then, the batch's Kafka offsets are
- * committed (synchronously; a failed offset commit is retried every second
- * and with the next batch while the partition stays ours). A crash anywhere
- * before COMMIT applies nothing;
+ * SAVEPOINT. (With o.apply_stmt the same transaction is pipelined: one
+ * INSERT for the batch's event ids, the statement per new event, no
+ * savepoints; see apply_stmt below.) After COMMIT, and only then, the
+ * batch's Kafka offsets are committed (asynchronously; synchronously at a
+ * revoke or a stop; an offset commit refused or not confirmed is retried
+ * every second and with the next batch while the partition stays ours). A
+ * crash anywhere before COMMIT applies nothing;
  * a crash between COMMIT and the offset commit redelivers messages whose
  * event ids are already recorded, so they are skipped.
  *
@@ -72,7 +75,7 @@
  *
  * Each savepoint is a subtransaction; PostgreSQL tracks up to 64 per
  * transaction cheaply, so keep batches near 100 when other sessions are
- * busy (see docs/consumer.md).
+ * busy (see docs/consumer.md). The pipelined path (apply_stmt) uses none.
  *
  * One thread: every callback runs in the thread that calls consumer_run().
  */

@@ -325,7 +325,11 @@ void consume_commit_pending(struct consumer *c)
 {
     if (c->pending == NULL || c->pending->cnt == 0)
         return;
+    c->commit_sync = true;
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, c->pending, 0);
+    c->commit_sync = false;
+    if (c->pending == NULL) /* on_commit confirmed everything meanwhile */
+        return;
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         log_warn("committing Kafka offsets failed: %s; retrying (the events are applied: "
                  "a redelivery is skipped as duplicate)", rd_kafka_err2str(err));
@@ -340,9 +344,59 @@ void consume_commit_pending(struct consumer *c)
     c->pending = NULL;
 }
 
+/* Commits the pending offsets asynchronously: consume_on_commit() removes
+ * what the group coordinator confirmed; what it refused, or did not confirm
+ * within COMMIT_RETRY, the main loop commits synchronously, and every next
+ * batch asks again. */
+static void commit_pending_async(struct consumer *c)
+{
+    c->commit_retry_at = mono_now() + COMMIT_RETRY;
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, c->pending, 1);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        log_warn("committing Kafka offsets failed: %s; retrying (the events are applied: "
+                 "a redelivery is skipped as duplicate)", rd_kafka_err2str(err));
+}
+
+void consume_on_commit(struct consumer *c, rd_kafka_resp_err_t err,
+                       const rd_kafka_topic_partition_list_t *offsets)
+{
+    if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
+        return;
+    for (int i = 0; offsets != NULL && i < offsets->cnt; i++) {
+        const rd_kafka_topic_partition_t *o = &offsets->elems[i];
+        rd_kafka_resp_err_t e = err ? err : o->err;
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (!c->commit_sync) { /* a synchronous commit says so itself */
+                log_warn("committing Kafka offsets failed: %s; retrying (the events are "
+                         "applied: a redelivery is skipped as duplicate)", rd_kafka_err2str(e));
+                c->commit_retry_at = mono_now() + COMMIT_RETRY;
+            }
+            return;
+        }
+        if (c->pending == NULL)
+            continue;
+        for (int k = 0; k < c->pending->cnt; k++) {
+            const rd_kafka_topic_partition_t *p = &c->pending->elems[k];
+            if (p->partition == o->partition && strcmp(p->topic, o->topic) == 0) {
+                if (p->offset <= o->offset) {
+                    log_debug("committed %s[%" PRId32 "] offset %" PRId64, o->topic,
+                              o->partition, o->offset);
+                    rd_kafka_topic_partition_list_del_by_idx(c->pending, k);
+                }
+                break;
+            }
+        }
+    }
+    if (c->pending != NULL && c->pending->cnt == 0 && !c->commit_sync) {
+        rd_kafka_topic_partition_list_destroy(c->pending);
+        c->pending = NULL;
+    }
+}
+
 /* Adds offset+1 of the last of the first n batch messages of each
- * partition to the pending offsets, then commits them. */
-static void commit_offsets(struct consumer *c, size_t n)
+ * partition to the pending offsets, then commits them (synchronously when
+ * sync: at a revoke, a stop or a halt; else asynchronously). */
+static void commit_offsets(struct consumer *c, size_t n, bool sync)
 {
     if (n == 0)
         return;
@@ -358,7 +412,10 @@ static void commit_offsets(struct consumer *c, size_t n)
         if (m->offset + 1 > p->offset)
             p->offset = m->offset + 1;
     }
-    consume_commit_pending(c);
+    if (sync)
+        consume_commit_pending(c);
+    else
+        commit_pending_async(c);
 }
 
 /* Forgets pending offsets of partitions we no longer own (all when parts is
@@ -392,7 +449,7 @@ static void halt_at(struct consumer *c, size_t fail_at)
     if (fail_at > 0) {
         enum apply_rc rc = apply_batch(c, fail_at, &dummy);
         if (rc == APPLY_OK)
-            commit_offsets(c, fail_at);
+            commit_offsets(c, fail_at, true);
         else
             log_warn("could not re-apply the %zu events before the failing one; they are "
                      "applied by the next run", fail_at);
@@ -434,7 +491,7 @@ bool consume_batch_process(struct consumer *c, bool bounded)
             /* The connection was cut: its transaction is rolled back, unless
              * the cut came after COMMIT returned (rc says so). */
             if (rc == APPLY_OK) {
-                commit_offsets(c, c->nbatch);
+                commit_offsets(c, c->nbatch, true);
                 consume_batch_drop(c, 0);
             } else if (rc != APPLY_HALT) {
                 log_warn("gave up on the batch in progress (%zu messages) after %.1f s "
@@ -449,7 +506,7 @@ bool consume_batch_process(struct consumer *c, bool bounded)
         }
         switch (rc) {
         case APPLY_OK:
-            commit_offsets(c, c->nbatch);
+            commit_offsets(c, c->nbatch, bounded);
             consume_batch_drop(c, 0);
             return true;
         case APPLY_CONN:

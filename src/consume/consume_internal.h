@@ -10,13 +10,15 @@
  *   consume_pipe.c   the same transaction pipelined (o.apply_stmt): one
  *                    statement for the batch's processed_events rows, the
  *                    apply statements and COMMIT in one round trip, no
- *                    savepoints; a data error falls back to consume_batch.c
+ *                    savepoints; a data error falls back to consume_batch.c's
+ *                    message-by-message form
  *   consume_pg.c     the PostgreSQL connection: connect, on_connect, loss,
  *                    one statement, how a failure is classified
  *
- * Dependencies go one way: consumer.c → consume_batch.c → consume_pipe.c →
- * consume_pg.c (consume_pipe.c uses consume_batch.c's message views and its
- * treatment of our own statements' failures).
+ * Dependencies: consumer.c → consume_batch.c → consume_pg.c; consume_batch.c
+ * hands a batch to consume_pipe.c first when o.apply_stmt is set, and
+ * consume_pipe.c uses consume_batch.c's message views and its treatment of
+ * our own statements' failures (consume_view_make, consume_own_failed).
  * One thread: every function here runs in the thread of consumer_run().
  */
 #ifndef OUTBOX_RELAY_CONSUME_INTERNAL_H
@@ -54,7 +56,8 @@ struct consumer {
     int last_kafka_err;
     double last_kafka_err_at;
     rd_kafka_topic_partition_list_t *pending; /* applied, offsets not committed yet */
-    double commit_retry_at;
+    double commit_retry_at; /* monotonic s: commit pending synchronously from then */
+    bool commit_sync;      /* inside a synchronous rd_kafka_commit() */
     struct consumer_stats stats;
     char errstr[CONSUMER_ERRLEN];
 };
@@ -139,9 +142,17 @@ bool consume_batch_process(struct consumer *c, bool bounded);
 /* Destroys the batch's messages from index from on. */
 void consume_batch_drop(struct consumer *c, size_t from);
 
-/* Commits the offsets applied and not yet committed (c->pending),
- * synchronously; a failure is retried later (see consume_batch.c). */
+/* Commits the offsets applied and not yet confirmed committed (c->pending),
+ * synchronously; a failure is retried later (see consume_batch.c). After a
+ * batch outside a revoke or a stop the commit is asynchronous
+ * (consume_on_commit). */
 void consume_commit_pending(struct consumer *c);
+
+/* The offset commit callback (asynchronous commits, and maybe synchronous
+ * ones): drops from c->pending what the coordinator confirmed; a refusal is
+ * logged and retried from the main loop after COMMIT_RETRY. */
+void consume_on_commit(struct consumer *c, rd_kafka_resp_err_t err,
+                       const rd_kafka_topic_partition_list_t *offsets);
 
 /* Forgets pending offsets of partitions we no longer own (all when parts is
  * NULL): committing them now could move another owner's position. */

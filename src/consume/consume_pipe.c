@@ -4,8 +4,8 @@
  * (consumer_options.apply_stmt), a batch costs about one round trip and one
  * COMMIT instead of four round trips per message.
  *
- * A batch of at most PIPE_CHUNK messages is sent optimistically, as if
- * every event were new (the common case):
+ * A batch is sent optimistically, as if every event were new (the common
+ * case); of at most PIPE_CHUNK messages, as:
  *
  *   BEGIN
  *   INSERT INTO processed_events every event id of the batch, ON CONFLICT
@@ -17,12 +17,14 @@
  *       ROLLBACK, and the two-step form below
  *
  * (the COMMIT is sent as soon as the INSERT's result arrives, while the
- * server still runs the apply statements). The two-step form, also used for
- * larger batches, in chunks of PIPE_CHUNK apply statements per Sync so that
- * neither side can fill its socket buffer while the other waits:
+ * server still runs the apply statements). A larger batch waits for the
+ * INSERT's result before it sends the apply statements, and sends them in
+ * chunks of PIPE_CHUNK per Sync, each chunk's results read before the next
+ * is sent, so that neither side can fill its socket buffer while the other
+ * waits. The two-step form, chunked the same way:
  *
- *   1.  BEGIN; the INSERT returning which messages are new (the first of
- *       each event id not recorded yet)                            → Sync
+ *   1.  BEGIN; one INSERT ... ON CONFLICT DO NOTHING per message: the
+ *       ones that inserted a row are new                           → Sync
  *   2.  the apply statement per new message; COMMIT                → Sync
  *
  * There are no savepoints: the first apply that fails aborts the whole
@@ -48,13 +50,12 @@
 #define DEDUP_ALL_SQL                                                               \
     "INSERT INTO processed_events (consumer, event_id) SELECT $1, unnest($2::text[]) " \
     "ON CONFLICT DO NOTHING"
-/* The batch's new messages, by their 1-based position in $2. */
-#define DEDUP_AT_STMT "outbox_consume_processed_at"
-#define DEDUP_AT_SQL                                                                       \
-    "WITH ids AS (SELECT t.id, t.i FROM unnest($2::text[]) WITH ORDINALITY AS t(id, i)), " \
-    "ins AS (INSERT INTO processed_events (consumer, event_id) SELECT $1, id FROM ids "   \
-    "ON CONFLICT DO NOTHING RETURNING event_id) "                                          \
-    "SELECT min(ids.i) FROM ids JOIN ins ON ins.event_id = ids.id GROUP BY ids.id"
+/* One message's row: the two-step form (no RETURNING, which would need
+ * SELECT on processed_events). */
+#define DEDUP_ONE_STMT "outbox_consume_processed_one"
+#define DEDUP_ONE_SQL                                                            \
+    "INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2) "         \
+    "ON CONFLICT DO NOTHING"
 
 /* One batch in the pipeline. */
 struct pipe {
@@ -63,7 +64,7 @@ struct pipe {
     size_t nviews;
     bool *fresh;     /* per message: new, to be applied */
     char *ids;       /* the array literal of $2 */
-    long inserted;   /* rows the INSERT inserted */
+    long inserted;   /* rows the optimistic INSERT inserted */
 };
 
 /* The event ids as a text[] literal: {"a","b\"c"}. */
@@ -92,12 +93,14 @@ static char *ids_literal(const struct msg_view *v, size_t n)
     return s;
 }
 
-/* The connection failed while sending or reading: why from it. */
+/* The connection failed while sending or reading: why from it, logged. */
 static void conn_failure(const struct pipe *p, struct consumer_failure *why)
 {
     consumer_failure_from_result(why, NULL, p->c->pg);
     if (why->sqlstate[0] == '\0')
         snprintf(why->sqlstate, sizeof why->sqlstate, "08006");
+    log_warn("PostgreSQL connection lost during a batch of %zu messages: %s", p->nviews,
+             why->message);
 }
 
 /* Reads one query's results (up to libpq's NULL after them) and returns the
@@ -119,10 +122,11 @@ static PGresult *next_query(PGconn *pg)
 /* Reads nq query results, then the Sync after them when sync. Returns 0;
  * -1 when a query failed: the first failure in why, its index in *failed
  * (those after it are "aborted"); -2 when the connection is gone (why
- * filled). The INSERT's result (at index dedup_at) sets p->inserted and,
- * when it returns positions, p->fresh. */
-static int read_results(struct pipe *p, size_t nq, bool sync, size_t dedup_at, size_t *failed,
-                        struct consumer_failure *why)
+ * filled). The optimistic INSERT's result (at index dedup_at) sets
+ * p->inserted; with rows_of (the two-step form), the result of query q
+ * says whether message rows_of[q] is new. */
+static int read_results(struct pipe *p, size_t nq, bool sync, size_t dedup_at,
+                        const size_t *rows_of, size_t *failed, struct consumer_failure *why)
 {
     PGconn *pg = p->c->pg;
     int rc = 0;
@@ -144,11 +148,8 @@ static int read_results(struct pipe *p, size_t nq, bool sync, size_t dedup_at, s
             }
         } else if (q == dedup_at && rc == 0) {
             p->inserted = strtol(PQcmdTuples(r), NULL, 10);
-            for (int row = 0; st == PGRES_TUPLES_OK && row < PQntuples(r); row++) {
-                long at = strtol(PQgetvalue(r, row, 0), NULL, 10);
-                if (at >= 1 && (size_t) at <= p->nviews)
-                    p->fresh[at - 1] = true;
-            }
+        } else if (rows_of != NULL && q < nq && st == PGRES_COMMAND_OK && rc == 0) {
+            p->fresh[rows_of[q]] = strtol(PQcmdTuples(r), NULL, 10) > 0;
         } else if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK &&
                    st != PGRES_PIPELINE_ABORTED && st != PGRES_PIPELINE_SYNC) {
             PQclear(r);
@@ -193,6 +194,83 @@ static enum apply_rc apply_failed(struct pipe *p, size_t i, const struct consume
     }
 }
 
+/* Applies the messages marked fresh, PIPE_CHUNK per Sync, then COMMIT. */
+static enum apply_rc apply_fresh(struct pipe *p, size_t n)
+{
+    PGconn *pg = p->c->pg;
+    struct consumer_failure why;
+    size_t failed = 0, i = 0;
+    for (;;) {
+        size_t sent[PIPE_CHUNK], ns = 0;
+        for (; i < n && ns < PIPE_CHUNK; i++) {
+            if (!p->fresh[i])
+                continue;
+            if (!send_apply(p, i))
+                goto lost;
+            sent[ns++] = i;
+        }
+        bool last = i == n;
+        if ((last && !send_simple(pg, "COMMIT")) || !PQpipelineSync(pg))
+            goto lost;
+        int r = read_results(p, ns + (last ? 1 : 0), true, (size_t) -1, NULL, &failed, &why);
+        if (r == -2)
+            return APPLY_CONN;
+        if (r == -1 && failed == ns) /* COMMIT itself */
+            return consume_own_failed(p->c, "COMMIT", &why);
+        if (r == -1)
+            return apply_failed(p, sent[failed], &why);
+        if (last)
+            return APPLY_OK;
+    }
+lost:
+    conn_failure(p, &why);
+    return APPLY_CONN;
+}
+
+/* Ends the transaction in progress with ROLLBACK (still pipelined). */
+static enum apply_rc rollback(struct pipe *p)
+{
+    struct consumer_failure why;
+    size_t failed = 0;
+    if (!send_simple(p->c->pg, "ROLLBACK") || !PQpipelineSync(p->c->pg)) {
+        conn_failure(p, &why);
+        return APPLY_CONN;
+    }
+    int r = read_results(p, 1, true, (size_t) -1, NULL, &failed, &why);
+    return r == -2 ? APPLY_CONN : r == -1 ? consume_own_failed(p->c, "ROLLBACK", &why) : APPLY_OK;
+}
+
+/* The optimistic form for batches above PIPE_CHUNK: the INSERT of every
+ * event id first (one round trip), then the apply statements in chunks. */
+static enum apply_rc optimistic_large(struct pipe *p, size_t n, bool *dups)
+{
+    PGconn *pg = p->c->pg;
+    struct consumer_failure why;
+    size_t failed = 0;
+    const char *dparams[2] = {p->c->o.consumer_name, p->ids};
+    if (!send_simple(pg, "BEGIN") ||
+        !PQsendQueryPrepared(pg, DEDUP_ALL_STMT, 2, dparams, NULL, NULL, 0) ||
+        !PQpipelineSync(pg)) {
+        conn_failure(p, &why);
+        return APPLY_CONN;
+    }
+    int r = read_results(p, 2, true, 1, NULL, &failed, &why);
+    if (r == -2)
+        return APPLY_CONN;
+    if (r == -1) {
+        enum apply_rc rc = rollback(p);
+        return rc == APPLY_CONN ? rc : consume_own_failed(p->c, failed == 0 ? "BEGIN"
+                                                          : "INSERT INTO processed_events", &why);
+    }
+    if (p->inserted != (long) n) {
+        *dups = true;
+        return rollback(p);
+    }
+    for (size_t i = 0; i < n; i++)
+        p->fresh[i] = true;
+    return apply_fresh(p, n);
+}
+
 /* The optimistic form (every message new). APPLY_OK when committed; *dups
  * set (and the transaction rolled back) when some event was not new. */
 static enum apply_rc optimistic(struct pipe *p, size_t n, bool *dups)
@@ -202,6 +280,8 @@ static enum apply_rc optimistic(struct pipe *p, size_t n, bool *dups)
     size_t failed = 0, failed2 = 0;
     const char *dparams[2] = {p->c->o.consumer_name, p->ids};
 
+    if (n > PIPE_CHUNK)
+        return optimistic_large(p, n, dups);
     if (!send_simple(pg, "BEGIN") ||
         !PQsendQueryPrepared(pg, DEDUP_ALL_STMT, 2, dparams, NULL, NULL, 0))
         goto lost;
@@ -210,18 +290,18 @@ static enum apply_rc optimistic(struct pipe *p, size_t n, bool *dups)
             goto lost;
     if (!PQpipelineSync(pg))
         goto lost;
-    int r1 = read_results(p, 2, false, 1, &failed, &why);
+    int r1 = read_results(p, 2, false, 1, NULL, &failed, &why);
     if (r1 == -2)
         return APPLY_CONN;
     bool commit = r1 == 0 && p->inserted == (long) n;
     if (!send_simple(pg, commit ? "COMMIT" : "ROLLBACK") || !PQpipelineSync(pg))
         goto lost;
     size_t failed_apply = 0;
-    int r2 = read_results(p, n, true, (size_t) -1, &failed_apply, &why2);
+    int r2 = read_results(p, n, true, (size_t) -1, NULL, &failed_apply, &why2);
     if (r2 == -2)
         return APPLY_CONN;
     struct consumer_failure why3;
-    int r3 = read_results(p, 1, true, (size_t) -1, &failed2, &why3);
+    int r3 = read_results(p, 1, true, (size_t) -1, NULL, &failed2, &why3);
     if (r3 == -2)
         return APPLY_CONN;
     if (r1 < 0)
@@ -240,7 +320,6 @@ static enum apply_rc optimistic(struct pipe *p, size_t n, bool *dups)
     return APPLY_OK;
 lost:
     conn_failure(p, &why);
-    log_warn("PostgreSQL connection lost while sending a batch: %s", why.message);
     return APPLY_CONN;
 }
 
@@ -250,44 +329,29 @@ static enum apply_rc two_step(struct pipe *p, size_t n)
     PGconn *pg = p->c->pg;
     struct consumer_failure why;
     size_t failed = 0;
-    const char *dparams[2] = {p->c->o.consumer_name, p->ids};
+    int r;
 
-    if (!send_simple(pg, "BEGIN") ||
-        !PQsendQueryPrepared(pg, DEDUP_AT_STMT, 2, dparams, NULL, NULL, 0) ||
-        !PQpipelineSync(pg))
+    if (!send_simple(pg, "BEGIN") || !PQpipelineSync(pg))
         goto lost;
-    int r = read_results(p, 2, true, 1, &failed, &why);
-    if (r == -2)
-        return APPLY_CONN;
-    if (r == -1)
-        return consume_own_failed(p->c, failed == 0 ? "BEGIN" : "INSERT INTO processed_events",
-                                  &why);
-    size_t i = 0;
-    for (;;) {
-        size_t sent[PIPE_CHUNK], ns = 0;
-        for (; i < n && ns < PIPE_CHUNK; i++) {
-            if (!p->fresh[i])
-                continue;
-            if (!send_apply(p, i))
+    if ((r = read_results(p, 1, true, (size_t) -1, NULL, &failed, &why)) < 0)
+        return r == -2 ? APPLY_CONN : consume_own_failed(p->c, "BEGIN", &why);
+    for (size_t from = 0; from < n; from += PIPE_CHUNK) {
+        size_t rows_of[PIPE_CHUNK], ns = 0;
+        for (size_t i = from; i < n && ns < PIPE_CHUNK; i++) {
+            const char *dparams[2] = {p->c->o.consumer_name, p->views[i].event_id};
+            if (!PQsendQueryPrepared(pg, DEDUP_ONE_STMT, 2, dparams, NULL, NULL, 0))
                 goto lost;
-            sent[ns++] = i;
+            rows_of[ns++] = i;
         }
-        bool last = i == n;
-        if ((last && !send_simple(pg, "COMMIT")) || !PQpipelineSync(pg))
+        if (!PQpipelineSync(pg))
             goto lost;
-        r = read_results(p, ns + (last ? 1 : 0), true, (size_t) -1, &failed, &why);
-        if (r == -2)
-            return APPLY_CONN;
-        if (r == -1 && failed == ns) /* COMMIT itself */
-            return consume_own_failed(p->c, "COMMIT", &why);
-        if (r == -1)
-            return apply_failed(p, sent[failed], &why);
-        if (last)
-            return APPLY_OK;
+        if ((r = read_results(p, ns, true, (size_t) -1, rows_of, &failed, &why)) < 0)
+            return r == -2 ? APPLY_CONN
+                           : consume_own_failed(p->c, "INSERT INTO processed_events", &why);
     }
+    return apply_fresh(p, n);
 lost:
     conn_failure(p, &why);
-    log_warn("PostgreSQL connection lost while sending a batch: %s", why.message);
     return APPLY_CONN;
 }
 
@@ -297,8 +361,8 @@ static enum apply_rc prepare(struct consumer *c)
     if (c->pipe_prepared)
         return APPLY_OK;
     struct consumer_failure why;
-    const char *names[2] = {DEDUP_ALL_STMT, DEDUP_AT_STMT};
-    const char *sqls[2] = {DEDUP_ALL_SQL, DEDUP_AT_SQL};
+    const char *names[2] = {DEDUP_ALL_STMT, DEDUP_ONE_STMT};
+    const char *sqls[2] = {DEDUP_ALL_SQL, DEDUP_ONE_SQL};
     for (int i = 0; i < 2; i++) {
         PGresult *res = PQprepare(c->pg, names[i], sqls[i], 2, NULL);
         bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
@@ -370,13 +434,12 @@ enum apply_rc consume_pipe_apply(struct consumer *c, size_t n)
         goto out;
     if (!PQenterPipelineMode(c->pg)) {
         struct consumer_failure why;
-        conn_failure(&p, &why);
+        consumer_failure_from_result(&why, NULL, c->pg);
         rc = consume_own_failed(c, "entering pipeline mode", &why);
         goto out;
     }
-    bool dups = n > PIPE_CHUNK;
-    if (!dups)
-        rc = optimistic(&p, n, &dups);
+    bool dups = false;
+    rc = optimistic(&p, n, &dups);
     if (rc == APPLY_OK && dups) {
         memset(p.fresh, 0, n * sizeof *p.fresh);
         rc = two_step(&p, n);
