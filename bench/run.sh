@@ -860,7 +860,7 @@ POINTS_WRONG="SELECT count(*) FROM (
 # seed's consumer (KIND seed) from an empty processed_events and
 # loyalty_points, in a new group, until every event is applied.
 consume_run() {
-    local kind=$1 r=$2 logf=$work/consume-$1-$2.log pid t0 tj="" td="" n=0 i ticks
+    local kind=$1 r=$2 logf=$work/consume-$1-$2.log pid t0 tj="" td="" n=0 i ticks pgc
     psql_q -c "TRUNCATE processed_events, loyalty_points" -c "CHECKPOINT"
     local args=(--brokers "$BOOTSTRAP" --group "bench-$kind-$r" --topics order --dsn "$DSN"
                 --consumer "bench-$kind" --apply "$APPLY_POINTS")
@@ -876,7 +876,7 @@ consume_run() {
     for ((i = 0; i < 6000; i++)); do
         kill -0 "$pid" 2>/dev/null || die "consume $kind exited: $(tail -5 "$logf")"
         if [ -z "$tj" ]; then
-            grep -q 'assigned' "$logf" && tj=$(now_us)
+            grep -q 'assigned' "$logf" && { tj=$(now_us); cpu_begin; }
             sleep 0.01
             continue
         fi
@@ -886,6 +886,11 @@ consume_run() {
     done
     [ -n "$td" ] || die "consume $kind: $n of $CONSUME_EVENTS events applied after 300 s: $(tail -5 "$logf")"
     ticks=$(proc_ticks "$pid")
+    cpu_end consume "$kind"
+    # PostgreSQL's CPU per event over the same interval (this run's value:
+    # the last one recorded; it includes the polling count(*) above).
+    pgc=$(awk -F'\t' -v k="${kind}_postgres_cores" '$1 == "consume" && $2 == k { v = $3 } END { print v }' "$RESULTS")
+    rec consume "${kind}_pg_us_per_event" "$(calc "$pgc * $CPU_SECS * 1e6 / $CONSUME_EVENTS")"
     stop_pid "$pid"
     [ "$STOP_RC" = 0 ] || die "consume $kind exited with $STOP_RC: $(tail -5 "$logf")"
     n=$(psql_q -c "SELECT count(*) FROM processed_events WHERE consumer = 'bench-$kind'")
@@ -1031,6 +1036,7 @@ table() {
         echo "| consume: outbox-consume, defaults | $(fmt %.0f "$co") events/s, $(fmt %.1f "$(med consume outbox_cpu_us_per_event)") µs CPU/event; group join $(fmt %.2f "$(med consume outbox_join_s)") s | |"
         echo "| consume: seed consumer (one transaction per event, bench/seed_consumer.c) | $(fmt %.0f "$cs") events/s, $(fmt %.1f "$(med consume seed_cpu_us_per_event)") µs CPU/event; group join $(fmt %.2f "$(med consume seed_join_s)") s | |"
         echo "| consume: outbox-consume ÷ seed consumer (of the medians; median of per-repetition ratios) | **$(fmt %.1f "$(calc "$co / $cs")")×** ($(fmt %.1f "$(med consume ratio)")×) | ≥ 20× |"
+        echo "| consume: while applying, cores busy (of $NCPU): outbox-consume / seed consumer | machine $(c2 consume outbox_machine_cores), PostgreSQL $(c2 consume outbox_postgres_cores) ($(fmt %.1f "$(med consume outbox_pg_us_per_event)") µs/event) / machine $(c2 consume seed_machine_cores), PostgreSQL $(c2 consume seed_postgres_cores) ($(fmt %.1f "$(med consume seed_pg_us_per_event)") µs/event) | |"
     fi
     if has_phase decoder && [ -n "$(med decoder lines_per_s)" ]; then
         echo "| decoder: typical $(med decoder line_bytes)-byte insert line, one core | **$(fmt %.0f "$(med decoder lines_per_s)") lines/s** | ≥ 1,000,000 |"
