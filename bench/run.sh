@@ -884,7 +884,7 @@ consume_run() {
         [ "$n" -ge "$CONSUME_EVENTS" ] && { td=$(now_us); break; }
         # Every 50 ms, or 1 % of the time so far: the clock's error stays
         # under 1 %, and the count(*) does not load PostgreSQL for long runs.
-        sleep "$(calc "($(now_us) - $tj) / 1e8 > 0.05 ? ($(now_us) - $tj) / 1e8 : 0.05")"
+        sleep "$(calc "(($(now_us) - $tj) / 1e8 > 0.05 ? ($(now_us) - $tj) / 1e8 : 0.05)")"
     done
     [ -n "$td" ] || die "consume $kind: $n of $CONSUME_EVENTS events applied in time: $(tail -5 "$logf")"
     ticks=$(proc_ticks "$pid")
