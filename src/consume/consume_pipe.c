@@ -10,6 +10,7 @@
  *   BEGIN
  *   INSERT INTO processed_events every event id of the batch, ON CONFLICT
  *   DO NOTHING                                     (one statement, $2 text[])
+ *   Flush (the server sends what it has so far)
  *   the apply statement once per message, in batch order          → Sync
  *   when the INSERT's result says it inserted a row for every message:
  *       COMMIT                                                    → Sync
@@ -282,8 +283,11 @@ static enum apply_rc optimistic(struct pipe *p, size_t n, bool *dups)
 
     if (n > PIPE_CHUNK)
         return optimistic_large(p, n, dups);
+    /* The Flush request makes the server send the INSERT's result at once
+     * (else it would hold it until the Sync, after every apply). */
     if (!send_simple(pg, "BEGIN") ||
-        !PQsendQueryPrepared(pg, DEDUP_ALL_STMT, 2, dparams, NULL, NULL, 0))
+        !PQsendQueryPrepared(pg, DEDUP_ALL_STMT, 2, dparams, NULL, NULL, 0) ||
+        !PQsendFlushRequest(pg))
         goto lost;
     for (size_t i = 0; i < n; i++)
         if (!send_apply(p, i))
