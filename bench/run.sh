@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh — the outbox-relay benchmark, in one command (issue 5).
 #
-#   bash bench/run.sh            # the full run (about 9 minutes on 2 cores)
+#   bash bench/run.sh            # the full run (about 15 minutes on 2 cores)
 #   bash bench/run.sh --quick    # CI smoke run: small sizes, one repetition;
 #                                # fails only on errors (an event missing, a
 #                                # process failing), never on timing
