@@ -168,4 +168,9 @@ void consume_forget_pending(struct consumer *c, const rd_kafka_topic_partition_l
  * for the message-by-message path. Never APPLY_HALT. */
 enum apply_rc consume_pipe_apply(struct consumer *c, size_t n);
 
+/* The event ids of v[0..n) as a PostgreSQL text[] literal, every element
+ * quoted, '"' and '\\' escaped: {"a","b\\"c"}. malloc'd (the caller
+ * frees it); NULL when out of memory. Pure. */
+char *consume_ids_literal(const struct msg_view *v, size_t n);
+
 #endif

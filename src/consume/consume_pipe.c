@@ -68,8 +68,7 @@ struct pipe {
     long inserted;   /* rows the optimistic INSERT inserted */
 };
 
-/* The event ids as a text[] literal: {"a","b\"c"}. */
-static char *ids_literal(const struct msg_view *v, size_t n)
+char *consume_ids_literal(const struct msg_view *v, size_t n)
 {
     size_t cap = 3;
     for (size_t i = 0; i < n; i++)
@@ -432,7 +431,7 @@ enum apply_rc consume_pipe_apply(struct consumer *c, size_t n)
             goto out;
         }
     }
-    if ((p.ids = ids_literal(p.views, n)) == NULL)
+    if ((p.ids = consume_ids_literal(p.views, n)) == NULL)
         goto oom;
     if ((rc = prepare(c)) != APPLY_OK)
         goto out;
