@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh — the outbox-relay benchmark, in one command (issue 5).
 #
-#   bash bench/run.sh            # the full run (about 9 minutes on 2 cores)
+#   bash bench/run.sh            # the full run (about 15 minutes on 2 cores)
 #   bash bench/run.sh --quick    # CI smoke run: small sizes, one repetition;
 #                                # fails only on errors (an event missing, a
 #                                # process failing), never on timing
@@ -26,12 +26,20 @@
 #   huge    one 1,000,000-row transaction: time and relayer peak RSS;
 #   load    producer transactions/s (pgbench, bench/producer.pgbench) and WAL
 #           bytes per event with no relayer, outbox-relay, polling relayer;
-#   decoder bench/bench_decoder.c: wal2json lines/s on one core.
+#   decoder bench/bench_decoder.c: wal2json lines/s on one core;
+#   consume BENCH_CONSUME_EVENTS order events (sql/examples/orders.sql's
+#           place_order(), published by outbox-relay) applied by
+#           outbox-consume with its defaults and the loyalty-points --apply,
+#           then by the seed's one-transaction-per-event consumer
+#           (bench/seed_consumer.c) on the same topic: events/s after the
+#           group join (reported apart), CPU per event, the ratio.
 # Medians over repetitions; ratios in the table. Raw numbers and logs stay
 # in the work dir when BENCH_KEEP=1 or when the run fails.
 #
-# Knobs (environment): BENCH_PHASES="drain steady huge load decoder",
-# BENCH_BACKLOG, BENCH_REPS, BENCH_STEADY_REPS, BENCH_CLIENTS (pgbench
+# Knobs (environment): BENCH_PHASES="drain steady huge load decoder consume",
+# BENCH_BACKLOG, BENCH_CONSUME_EVENTS, BENCH_CONSUME_REPS, BENCH_CONSUME_ARGS
+# (extra outbox-consume arguments), BENCH_CONSUME_PREFIX (run outbox-consume
+# under a profiler, as BENCH_RELAY_PREFIX), BENCH_REPS, BENCH_STEADY_REPS, BENCH_CLIENTS (pgbench
 # clients, 16), BENCH_RELAY_ARGS (extra outbox-relay arguments, e.g.
 # "-X linger.ms=5"), BENCH_RELAY_PREFIX (run outbox-relay under a profiler,
 # e.g. "valgrind --tool=callgrind --callgrind-out-file=/tmp/relay.cg"),
@@ -63,17 +71,21 @@ if [ "$QUICK" = 1 ]; then
     BACKLOG=${BENCH_BACKLOG:-5000}; REPS=${BENCH_REPS:-1}
     STEADY_SECONDS=3; STEADY_REPS=1; MAX_EVENTS=5000; HUGE_ROWS=20000
     LOAD_SECONDS=3; LOAD_REPS=1; DEC_ITER=200000; DEC_RUNS=1
+    CONSUME_EVENTS=${BENCH_CONSUME_EVENTS:-2000}; CONSUME_REPS=${BENCH_CONSUME_REPS:-1}
 else
     BACKLOG=${BENCH_BACKLOG:-100000}; REPS=${BENCH_REPS:-5}
     STEADY_SECONDS=10; STEADY_REPS=${BENCH_STEADY_REPS:-3}; MAX_EVENTS=100000; HUGE_ROWS=1000000
     LOAD_SECONDS=10; LOAD_REPS=3; DEC_ITER=2000000; DEC_RUNS=5
+    CONSUME_EVENTS=${BENCH_CONSUME_EVENTS:-100000}; CONSUME_REPS=${BENCH_CONSUME_REPS:-3}
 fi
-PHASES=${BENCH_PHASES:-drain steady huge load decoder}
+PHASES=${BENCH_PHASES:-drain steady huge load decoder consume}
 CLIENTS=${BENCH_CLIENTS:-16}
 read -r -a RELAY_EXTRA <<<"${BENCH_RELAY_ARGS:-}"
 # A command to run outbox-relay under, for profiles (timings then mean
 # nothing), e.g. "valgrind --tool=callgrind --callgrind-out-file=/tmp/relay.cg".
 read -r -a RELAY_PREFIX <<<"${BENCH_RELAY_PREFIX:-}"
+read -r -a CONSUME_EXTRA <<<"${BENCH_CONSUME_ARGS:-}"
+read -r -a CONSUME_PREFIX <<<"${BENCH_CONSUME_PREFIX:-}"
 TOPICS=order,shipment # the {prefix} of bench_type()'s event types
 
 # ------------------------------------------------------------------ helpers
@@ -239,7 +251,7 @@ cpu_end() {
 
 log "building outbox-relay, mock-broker and the benchmark tools"
 if [ -f "$build/CMakeCache.txt" ]; then
-    cmake --build "$build" --target outbox-relay mock-broker outbox_relay_core >/dev/null
+    cmake --build "$build" --target outbox-relay outbox-consume mock-broker outbox_relay_core >/dev/null
 else
     OUTBOX_SKIP_APT=1 OUTBOX_RELAY_BUILD="$build" bash "$repo/tests/tools/setup.sh"
 fi
@@ -250,6 +262,8 @@ CFLAGS=(-O2 -g -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextr
 cc "${CFLAGS[@]}" -o "$bin/bench-consumer" "$repo/bench/consumer.c" \
     "$build/liboutbox_relay_core.a" $(pkg-config --libs rdkafka) -lm
 cc "${CFLAGS[@]}" -o "$bin/polling-relayer" "$repo/bench/polling_relayer.c" \
+    $(pkg-config --cflags --libs rdkafka libpq)
+cc "${CFLAGS[@]}" -o "$bin/bench-seed-consumer" "$repo/bench/seed_consumer.c" \
     $(pkg-config --cflags --libs rdkafka libpq)
 cc "${CFLAGS[@]}" -shared -fPIC -o "$bin/libnodelay.so" "$repo/tests/tools/nodelay_preload.c" -ldl
 cc "${CFLAGS[@]}" -o "$bin/bench-w2j-latency" "$repo/bench/w2j_latency.c" \
@@ -345,8 +359,9 @@ recvlogical_follow() {
 
 # ---------------------------------------------------------------- the broker
 
+# broker_start [PARTITIONS]: PARTITIONS per topic of $TOPICS (default 4).
 broker_start() {
-    local ctl=$work/broker.ctl i
+    local ctl=$work/broker.ctl i nparts=${1:-4}
     rm -f "$ctl" "$work/broker.out"
     mkfifo "$ctl"
     # Not through bg(): the FIFO must be opened in the child, or opening it
@@ -366,7 +381,7 @@ broker_start() {
     BOOTSTRAP=$(sed -n 's/^BOOTSTRAP //p' "$work/broker.out")
     [ -n "$BOOTSTRAP" ] || die "mock-broker did not start"
     local t
-    for t in ${TOPICS//,/ }; do broker_cmd "topic $t 4"; done
+    for t in ${TOPICS//,/ }; do broker_cmd "topic $t $nparts"; done
 }
 broker_cmd() {
     local before i
@@ -906,6 +921,110 @@ phase_decoder() {
     rec decoder line_bytes "$(sed -n 's/^line: \([0-9]*\) bytes.*/\1/p' "$work/decoder.out")"
 }
 
+# The seed's loyalty-points statement (sql/examples/orders.sql).
+APPLY_POINTS="INSERT INTO loyalty_points(customer_id, points) VALUES ((\$4->>'customer_id')::uuid, (\$4->>'points')::int) ON CONFLICT (customer_id) DO UPDATE SET points = loyalty_points.points + EXCLUDED.points"
+# Customers whose balances disagree with the committed orders (0 = exact).
+POINTS_WRONG="SELECT count(*) FROM (
+    (SELECT customer_id, sum(amount_cents / 100)::bigint FROM orders GROUP BY 1
+     EXCEPT SELECT customer_id, points FROM loyalty_points)
+    UNION ALL
+    (SELECT customer_id, points FROM loyalty_points
+     EXCEPT SELECT customer_id, sum(amount_cents / 100)::bigint FROM orders GROUP BY 1)) d"
+
+# consume_run KIND REP: outbox-consume (KIND outbox, its defaults) or the
+# seed's consumer (KIND seed) from an empty processed_events and
+# loyalty_points, in a new group, until every event is applied.
+consume_run() {
+    local kind=$1 r=$2 logf=$work/consume-$1-$2.log pid t0 tj="" td="" n=0 i ticks pgc
+    psql_q -c "TRUNCATE processed_events, loyalty_points" -c "CHECKPOINT"
+    local args=(--brokers "$BOOTSTRAP" --group "bench-$kind-$r" --topics order --dsn "$DSN"
+                --consumer "bench-$kind" --apply "$APPLY_POINTS")
+    t0=$(now_us)
+    if [ "$kind" = outbox ]; then
+        bg "${CONSUME_PREFIX[@]}" "$build/outbox-consume" "${args[@]}" "${CONSUME_EXTRA[@]}" >"$logf" 2>&1
+    else
+        bg "$bin/bench-seed-consumer" "${args[@]}" >"$logf" 2>&1
+    fi
+    pid=$BG_PID
+    # The group join (the coordinator's first-join delay: 3 s on the mock),
+    # then the apply, timed apart.
+    for ((i = 0; i < 6000; i++)); do
+        kill -0 "$pid" 2>/dev/null || die "consume $kind exited: $(tail -5 "$logf")"
+        if [ -z "$tj" ]; then
+            grep -q 'assigned' "$logf" && { tj=$(now_us); cpu_begin; }
+            sleep 0.01
+            continue
+        fi
+        n=$(psql_q -c "SELECT count(*) FROM processed_events")
+        [ "$n" -ge "$CONSUME_EVENTS" ] && { td=$(now_us); break; }
+        # Every 50 ms, or 1 % of the time so far: the clock's error stays
+        # under 1 %, and the count(*) does not load PostgreSQL for long runs.
+        sleep "$(calc "(($(now_us) - $tj) / 1e8 > 0.05 ? ($(now_us) - $tj) / 1e8 : 0.05)")"
+    done
+    [ -n "$td" ] || die "consume $kind: $n of $CONSUME_EVENTS events applied in time: $(tail -5 "$logf")"
+    ticks=$(proc_ticks "$pid")
+    cpu_end consume "$kind"
+    # PostgreSQL's CPU per event over the same interval (this run's value:
+    # the last one recorded; it includes the polling count(*) above).
+    pgc=$(awk -F'\t' -v k="${kind}_postgres_cores" '$1 == "consume" && $2 == k { v = $3 } END { print v }' "$RESULTS")
+    rec consume "${kind}_pg_us_per_event" "$(calc "$pgc * $CPU_SECS * 1e6 / $CONSUME_EVENTS")"
+    stop_pid "$pid"
+    [ "$STOP_RC" = 0 ] || die "consume $kind exited with $STOP_RC: $(tail -5 "$logf")"
+    n=$(psql_q -c "SELECT count(*) FROM processed_events WHERE consumer = 'bench-$kind'")
+    [ "$n" = "$CONSUME_EVENTS" ] || die "consume $kind: processed_events has $n rows, expected $CONSUME_EVENTS"
+    n=$(psql_q -c "$POINTS_WRONG")
+    [ "$n" = 0 ] || die "consume $kind: $n customers' loyalty points differ from their orders"
+    rec consume "${kind}_join_s" "$(calc "($tj - $t0) / 1e6")"
+    rec consume "${kind}_apply_s" "$(calc "($td - $tj) / 1e6")"
+    rec consume "${kind}_per_s" "$(calc "$CONSUME_EVENTS * 1e6 / ($td - $tj)")"
+    rec consume "${kind}_cpu_us_per_event" "$(calc "$ticks * 1e6 / $TICK / $CONSUME_EVENTS")"
+    CONSUME_RATE=$(calc "$CONSUME_EVENTS * 1e6 / ($td - $tj)")
+    log "consume $kind $r/$CONSUME_REPS: join $(calc "($tj - $t0) / 1e6") s, $CONSUME_RATE events/s," \
+        "$(calc "$ticks * 1e6 / $TICK / $CONSUME_EVENTS") µs CPU/event"
+}
+
+phase_consume() {
+    local n=$CONSUME_EVENTS per=10000 done_=0 k r i delivered rate_outbox
+    log "consume: publishing $n order events (place_order, outbox-relay)"
+    psql_q -f "$repo/sql/examples/orders.sql" >/dev/null
+    psql_q -c "TRUNCATE orders, events_outbox"
+    # 16 partitions: the mock keeps about 5 MB per partition and drops the
+    # oldest messages past that (checked below).
+    broker_start 16
+    create_slot bench_consume
+    relay_start bench_consume "$work/consume-relay.log" wait
+    # 1,000 customers; transactions of up to 10,000 orders.
+    while [ "$done_" -lt "$n" ]; do
+        k=$((n - done_ < per ? n - done_ : per))
+        psql_q -c "SET synchronous_commit = off" -c "SELECT count(place_order(
+            ('00000000-0000-4000-8000-' || lpad((g % 1000)::text, 12, '0'))::uuid,
+            100 + (g * 7919) % 20000)) FROM generate_series($done_ + 1, $done_ + $k) g" >/dev/null
+        done_=$((done_ + k))
+    done
+    for ((i = 0; i < 6000; i++)); do
+        delivered=$(metric outbox_relay_events_delivered_total)
+        [ "${delivered:-0}" -ge "$n" ] && break
+        sleep 0.05
+    done
+    [ "${delivered:-0}" -ge "$n" ] || die "outbox-relay delivered ${delivered:-0} of $n order events"
+    relay_stop "$work/consume-relay.log"
+    drop_slot bench_consume
+    local p first
+    for ((p = 0; p < 16; p++)); do
+        first=$(kcat -b "$BOOTSTRAP" -C -t order -p "$p" -o beginning -c 1 -e -q -f '%o' 2>/dev/null) ||
+            die "consume: kcat cannot read order[$p]"
+        [ "${first:-0}" = 0 ] || die "consume: the broker dropped order[$p]'s first $first messages (too many events per partition for the mock)"
+    done
+    psql_q -c "VACUUM ANALYZE orders"
+    for ((r = 1; r <= CONSUME_REPS; r++)); do
+        consume_run outbox "$r"
+        rate_outbox=$CONSUME_RATE
+        consume_run seed "$r"
+        rec consume ratio "$(calc "$rate_outbox / $CONSUME_RATE")"
+    done
+    broker_stop
+}
+
 # -------------------------------------------------------------------- main
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -916,7 +1035,7 @@ for f in "$repo"/sql/*.sql "$repo/bench/schema.sql"; do
     psql_q -f "$f" >/dev/null
 done
 
-for p in drain steady huge load decoder; do
+for p in drain steady huge load decoder consume; do
     has_phase "$p" && "phase_$p"
 done
 
@@ -994,6 +1113,15 @@ table() {
         done
         echo "| WAL bytes per event: none / outbox-relay / polling relayer | $(fmt %.0f "$(med load_none wal_bytes_per_event)") / **$(fmt %.0f "$(med load_relay wal_bytes_per_event)")** / $(fmt %.0f "$(med load_poll wal_bytes_per_event)") | no extra |"
         echo "| primary load: outbox-relay tail after producers stop / polling rows behind at end | $(fmt %.2f "$(med load_relay tail_s)") s / $(fmt %.0f "$(med load_poll behind_at_end)") | |"
+    fi
+    if has_phase consume; then
+        local co cs
+        co=$(med consume outbox_per_s); cs=$(med consume seed_per_s)
+        echo "| consume: $CONSUME_EVENTS order events (1,000 customers, 16 partitions), the loyalty-points --apply, from an empty processed_events; medians of $CONSUME_REPS; events/s from the partition assignment to the last event applied | | |"
+        echo "| consume: outbox-consume, defaults | $(fmt %.0f "$co") events/s, $(fmt %.1f "$(med consume outbox_cpu_us_per_event)") µs CPU/event; group join $(fmt %.2f "$(med consume outbox_join_s)") s | |"
+        echo "| consume: seed consumer (one transaction per event, bench/seed_consumer.c) | $(fmt %.0f "$cs") events/s, $(fmt %.1f "$(med consume seed_cpu_us_per_event)") µs CPU/event; group join $(fmt %.2f "$(med consume seed_join_s)") s | |"
+        echo "| consume: outbox-consume ÷ seed consumer (of the medians; median of per-repetition ratios) | **$(fmt %.1f "$(calc "$co / $cs")")×** ($(fmt %.1f "$(med consume ratio)")×) | ≥ 20× |"
+        echo "| consume: while applying, cores busy (of $NCPU): outbox-consume / seed consumer | machine $(c2 consume outbox_machine_cores), PostgreSQL $(c2 consume outbox_postgres_cores) ($(fmt %.1f "$(med consume outbox_pg_us_per_event)") µs/event) / machine $(c2 consume seed_machine_cores), PostgreSQL $(c2 consume seed_postgres_cores) ($(fmt %.1f "$(med consume seed_pg_us_per_event)") µs/event) | |"
     fi
     if has_phase decoder && [ -n "$(med decoder lines_per_s)" ]; then
         echo "| decoder: typical $(med decoder line_bytes)-byte insert line, one core | **$(fmt %.0f "$(med decoder lines_per_s)") lines/s** | ≥ 1,000,000 |"

@@ -8,10 +8,13 @@
  * transaction; per message it inserts (consumer, event_id) into
  * processed_events (ON CONFLICT DO NOTHING); when the row already existed the
  * message is a duplicate and is skipped, otherwise the handler runs inside a
- * SAVEPOINT. After COMMIT, and only then, the batch's Kafka offsets are
- * committed (synchronously; a failed offset commit is retried every second
- * and with the next batch while the partition stays ours). A crash anywhere
- * before COMMIT applies nothing;
+ * SAVEPOINT. (With o.apply_stmt the same transaction is pipelined: one
+ * INSERT for the batch's event ids, the statement per new event, no
+ * savepoints; see apply_stmt below.) After COMMIT, and only then, the
+ * batch's Kafka offsets are committed (asynchronously; synchronously at a
+ * revoke or a stop; an offset commit refused or not confirmed is retried
+ * every second and with the next batch while the partition stays ours). A
+ * crash anywhere before COMMIT applies nothing;
  * a crash between COMMIT and the offset commit redelivers messages whose
  * event ids are already recorded, so they are skipped.
  *
@@ -72,7 +75,7 @@
  *
  * Each savepoint is a subtransaction; PostgreSQL tracks up to 64 per
  * transaction cheaply, so keep batches near 100 when other sessions are
- * busy (see docs/consumer.md).
+ * busy (see docs/consumer.md). The pipelined path (apply_stmt) uses none.
  *
  * One thread: every callback runs in the thread that calls consumer_run().
  */
@@ -157,6 +160,19 @@ struct consumer_options {
     size_t nkafka;
     consumer_handler_fn handler;    /* required */
     consumer_connect_fn on_connect; /* may be NULL */
+    /* Optional: the name of a statement on_connect prepares on every
+     * connection that applies one message as handler does, given its
+     * parameters as text: $1 event_id, $2 aggregate_id, $3 type, $4 payload,
+     * $5 topic. When set, a batch is applied in libpq pipeline mode, in two
+     * round trips and without savepoints: BEGIN and one INSERT of the
+     * batch's event ids into processed_events (ON CONFLICT DO NOTHING,
+     * returning the new ones); then the statement once per new event and
+     * COMMIT. When one of them fails with a data error (or a payload holds a
+     * NUL byte), that transaction is rolled back and the batch applied again
+     * message by message through handler, in savepoints, as above: a failing
+     * event is treated the same either way. outbox-consume sets it to its
+     * prepared --apply statement. */
+    const char *apply_stmt;
     void *arg;                      /* passed to handler and on_connect */
 };
 
@@ -168,6 +184,9 @@ struct consumer_stats {
     uint64_t retries;    /* batches rolled back and read again */
     uint64_t reconnects; /* PostgreSQL reconnections */
     uint64_t abandoned;  /* batches given up at a revoke or stop (revoke_timeout) */
+    uint64_t pipelined;  /* of batches: committed through o.apply_stmt, pipelined */
+    uint64_t one_by_one; /* pipelined batches applied again message by message
+                          * after a data error */
 };
 
 struct consumer;

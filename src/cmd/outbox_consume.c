@@ -106,6 +106,7 @@ int main(int argc, char **argv)
     consume_config_to_options(&cfg, &o);
     o.handler = apply;
     o.on_connect = prepare_apply;
+    o.apply_stmt = APPLY_STMT; /* pipelined batches; apply() for one by one */
     o.arg = &ctx;
 
     struct consumer *c = consumer_new(&o, err, sizeof err);

@@ -37,14 +37,11 @@
 #define TRANSIENT_RETRIES_ON_STOP 3
 #define COMMIT_RETRY 1.0       /* s between retries of a failed offset commit */
 
-/* What applying a batch came to. */
-enum apply_rc { APPLY_OK = 0, APPLY_CONN, APPLY_RETRY, APPLY_HALT, APPLY_FATAL };
-
 /* The failure of one of our own statements: a lost connection or a
  * transient conflict is retried; anything else (processed_events missing,
  * no privilege) cannot be fixed by retrying. */
-static enum apply_rc own_statement_failed(struct consumer *c, const char *what,
-                                          const struct consumer_failure *why)
+enum apply_rc consume_own_failed(struct consumer *c, const char *what,
+                                 const struct consumer_failure *why)
 {
     switch (consume_classify(c, why)) {
     case FAIL_CONN:
@@ -64,15 +61,6 @@ static enum apply_rc own_statement_failed(struct consumer *c, const char *what,
 }
 
 /* ---- messages ---------------------------------------------------------- */
-
-/* A message's fields as NUL-terminated strings, owned here. */
-struct msg_view {
-    struct consumer_message m;
-    char event_id[256];
-    char *key;
-    char *type;
-    char *payload;
-};
 
 static char *dup_span(const void *p, size_t n)
 {
@@ -110,7 +98,7 @@ static bool id_text_ok(const unsigned char *p, size_t n)
     return true;
 }
 
-static void view_free(struct msg_view *v)
+void consume_view_free(struct msg_view *v)
 {
     free(v->key);
     free(v->type);
@@ -127,8 +115,7 @@ static bool header_last(rd_kafka_headers_t *hdrs, const char *name, const char *
             rd_kafka_header_get_last(hdrs, alt, val, size) == RD_KAFKA_RESP_ERR_NO_ERROR);
 }
 
-/* Fills v from a Kafka message. Returns 0, or -1 when out of memory. */
-static int view_make(struct msg_view *v, const rd_kafka_message_t *km)
+int consume_view_make(struct msg_view *v, const rd_kafka_message_t *km)
 {
     rd_kafka_headers_t *hdrs = NULL;
     const void *val;
@@ -165,7 +152,7 @@ static int view_make(struct msg_view *v, const rd_kafka_message_t *km)
     v->m.offset = km->offset;
     return 0;
 oom:
-    view_free(v);
+    consume_view_free(v);
     return -1;
 }
 
@@ -188,10 +175,10 @@ static enum apply_rc record_failed(struct consumer *c, const struct consumer_mes
     if (consume_exec(c, FAILED_SQL, 10, params, NULL, &why) == 0)
         return APPLY_OK;
     if (consume_classify(c, &why) != FAIL_DATA)
-        return own_statement_failed(c, "INSERT INTO failed_events", &why);
+        return consume_own_failed(c, "INSERT INTO failed_events", &why);
     /* Probably the key or payload: keep the record without them. */
     if (consume_exec(c, ROLLBACK_TO_SQL, 0, NULL, NULL, &why) < 0)
-        return own_statement_failed(c, "ROLLBACK TO SAVEPOINT", &why);
+        return consume_own_failed(c, "ROLLBACK TO SAVEPOINT", &why);
     params[5] = NULL; /* key */
     params[6] = NULL; /* type */
     params[7] = NULL; /* payload */
@@ -201,7 +188,7 @@ static enum apply_rc record_failed(struct consumer *c, const struct consumer_mes
                  why.message);
         return APPLY_OK;
     }
-    return own_statement_failed(c, "INSERT INTO failed_events", &why2);
+    return consume_own_failed(c, "INSERT INTO failed_events", &why2);
 }
 
 /* Applies the first n messages of the batch in one transaction and commits
@@ -216,11 +203,18 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
     struct msg_view v;
     bool have_view = false;
 
+    if (c->o.apply_stmt != NULL) {
+        rc = consume_pipe_apply(c, n);
+        if (rc != APPLY_SLOW)
+            return rc;
+        c->stats.one_by_one++; /* a data error: each message in its savepoint */
+        rc = APPLY_OK;
+    }
     if (consume_exec(c, "BEGIN", 0, NULL, NULL, &why) < 0)
-        return own_statement_failed(c, "BEGIN", &why);
+        return consume_own_failed(c, "BEGIN", &why);
 
     for (size_t i = 0; i < n; i++) {
-        if (view_make(&v, c->batch[i]) < 0) {
+        if (consume_view_make(&v, c->batch[i]) < 0) {
             consume_set_error(c, "out of memory");
             rc = APPLY_FATAL;
             goto rollback;
@@ -230,7 +224,7 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
         const char *pparams[2] = {c->o.consumer_name, m->event_id};
         long inserted = 0;
         if (consume_exec(c, PROCESSED_SQL, 2, pparams, &inserted, &why) < 0) {
-            rc = own_statement_failed(c, "INSERT INTO processed_events", &why);
+            rc = consume_own_failed(c, "INSERT INTO processed_events", &why);
             goto rollback;
         }
         if (inserted == 0) {
@@ -238,22 +232,22 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
                       ": already processed, skipped", m->event_id, m->topic, m->partition,
                       m->offset);
             dups++;
-            view_free(&v);
+            consume_view_free(&v);
             have_view = false;
             continue;
         }
         if (consume_exec(c, SAVEPOINT_SQL, 0, NULL, NULL, &why) < 0) {
-            rc = own_statement_failed(c, "SAVEPOINT", &why);
+            rc = consume_own_failed(c, "SAVEPOINT", &why);
             goto rollback;
         }
         memset(&why, 0, sizeof why);
         if (c->o.handler(c->o.arg, c->pg, m, &why) == CONSUMER_OK) {
             if (consume_exec(c, RELEASE_SQL, 0, NULL, NULL, &why) < 0) {
-                rc = own_statement_failed(c, "RELEASE SAVEPOINT", &why);
+                rc = consume_own_failed(c, "RELEASE SAVEPOINT", &why);
                 goto rollback;
             }
             applied++;
-            view_free(&v);
+            consume_view_free(&v);
             have_view = false;
             continue;
         }
@@ -289,14 +283,14 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
          * processed_events row (written before the savepoint), record why. */
         struct consumer_failure why2;
         if (consume_exec(c, ROLLBACK_TO_SQL, 0, NULL, NULL, &why2) < 0) {
-            rc = own_statement_failed(c, "ROLLBACK TO SAVEPOINT", &why2);
+            rc = consume_own_failed(c, "ROLLBACK TO SAVEPOINT", &why2);
             goto rollback;
         }
         rc = record_failed(c, m, &why);
         if (rc != APPLY_OK)
             goto rollback;
         if (consume_exec(c, RELEASE_SQL, 0, NULL, NULL, &why2) < 0) {
-            rc = own_statement_failed(c, "RELEASE SAVEPOINT", &why2);
+            rc = consume_own_failed(c, "RELEASE SAVEPOINT", &why2);
             goto rollback;
         }
         log_warn("event_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
@@ -305,12 +299,12 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
                  why.message, why.sqlstate[0] ? " (SQLSTATE " : "", why.sqlstate,
                  why.sqlstate[0] ? ")" : "");
         failed++;
-        view_free(&v);
+        consume_view_free(&v);
         have_view = false;
     }
 
     if (consume_exec(c, "COMMIT", 0, NULL, NULL, &why) < 0)
-        return own_statement_failed(c, "COMMIT", &why);
+        return consume_own_failed(c, "COMMIT", &why);
     c->stats.applied += applied;
     c->stats.duplicates += dups;
     c->stats.failed += failed;
@@ -321,7 +315,7 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
 
 rollback:
     if (have_view)
-        view_free(&v);
+        consume_view_free(&v);
     if (rc != APPLY_CONN && c->pg != NULL && PQstatus(c->pg) == CONNECTION_OK &&
         consume_exec(c, "ROLLBACK", 0, NULL, NULL, &why) < 0 && consume_classify(c, &why) == FAIL_CONN &&
         rc != APPLY_FATAL && rc != APPLY_HALT)
@@ -339,7 +333,11 @@ void consume_commit_pending(struct consumer *c)
 {
     if (c->pending == NULL || c->pending->cnt == 0)
         return;
+    c->commit_sync = true;
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, c->pending, 0);
+    c->commit_sync = false;
+    if (c->pending == NULL) /* on_commit confirmed everything meanwhile */
+        return;
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         log_warn("committing Kafka offsets failed: %s; retrying (the events are applied: "
                  "a redelivery is skipped as duplicate)", rd_kafka_err2str(err));
@@ -354,9 +352,59 @@ void consume_commit_pending(struct consumer *c)
     c->pending = NULL;
 }
 
+/* Commits the pending offsets asynchronously: consume_on_commit() removes
+ * what the group coordinator confirmed; what it refused, or did not confirm
+ * within COMMIT_RETRY, the main loop commits synchronously, and every next
+ * batch asks again. */
+static void commit_pending_async(struct consumer *c)
+{
+    c->commit_retry_at = mono_now() + COMMIT_RETRY;
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, c->pending, 1);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        log_warn("committing Kafka offsets failed: %s; retrying (the events are applied: "
+                 "a redelivery is skipped as duplicate)", rd_kafka_err2str(err));
+}
+
+void consume_on_commit(struct consumer *c, rd_kafka_resp_err_t err,
+                       const rd_kafka_topic_partition_list_t *offsets)
+{
+    if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
+        return;
+    for (int i = 0; offsets != NULL && i < offsets->cnt; i++) {
+        const rd_kafka_topic_partition_t *o = &offsets->elems[i];
+        rd_kafka_resp_err_t e = err ? err : o->err;
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (!c->commit_sync) { /* a synchronous commit says so itself */
+                log_warn("committing Kafka offsets failed: %s; retrying (the events are "
+                         "applied: a redelivery is skipped as duplicate)", rd_kafka_err2str(e));
+                c->commit_retry_at = mono_now() + COMMIT_RETRY;
+            }
+            return;
+        }
+        if (c->pending == NULL)
+            continue;
+        for (int k = 0; k < c->pending->cnt; k++) {
+            const rd_kafka_topic_partition_t *p = &c->pending->elems[k];
+            if (p->partition == o->partition && strcmp(p->topic, o->topic) == 0) {
+                if (p->offset <= o->offset) {
+                    log_debug("committed %s[%" PRId32 "] offset %" PRId64, o->topic,
+                              o->partition, o->offset);
+                    rd_kafka_topic_partition_list_del_by_idx(c->pending, k);
+                }
+                break;
+            }
+        }
+    }
+    if (c->pending != NULL && c->pending->cnt == 0 && !c->commit_sync) {
+        rd_kafka_topic_partition_list_destroy(c->pending);
+        c->pending = NULL;
+    }
+}
+
 /* Adds offset+1 of the last of the first n batch messages of each
- * partition to the pending offsets, then commits them. */
-static void commit_offsets(struct consumer *c, size_t n)
+ * partition to the pending offsets, then commits them (synchronously when
+ * sync: at a revoke, a stop or a halt; else asynchronously). */
+static void commit_offsets(struct consumer *c, size_t n, bool sync)
 {
     if (n == 0)
         return;
@@ -372,7 +420,10 @@ static void commit_offsets(struct consumer *c, size_t n)
         if (m->offset + 1 > p->offset)
             p->offset = m->offset + 1;
     }
-    consume_commit_pending(c);
+    if (sync)
+        consume_commit_pending(c);
+    else
+        commit_pending_async(c);
 }
 
 /* Forgets pending offsets of partitions we no longer own (all when parts is
@@ -406,7 +457,7 @@ static void halt_at(struct consumer *c, size_t fail_at)
     if (fail_at > 0) {
         enum apply_rc rc = apply_batch(c, fail_at, &dummy);
         if (rc == APPLY_OK)
-            commit_offsets(c, fail_at);
+            commit_offsets(c, fail_at, true);
         else
             log_warn("could not re-apply the %zu events before the failing one; they are "
                      "applied by the next run", fail_at);
@@ -448,7 +499,7 @@ bool consume_batch_process(struct consumer *c, bool bounded)
             /* The connection was cut: its transaction is rolled back, unless
              * the cut came after COMMIT returned (rc says so). */
             if (rc == APPLY_OK) {
-                commit_offsets(c, c->nbatch);
+                commit_offsets(c, c->nbatch, true);
                 consume_batch_drop(c, 0);
             } else if (rc != APPLY_HALT) {
                 log_warn("gave up on the batch in progress (%zu messages) after %.1f s "
@@ -463,7 +514,7 @@ bool consume_batch_process(struct consumer *c, bool bounded)
         }
         switch (rc) {
         case APPLY_OK:
-            commit_offsets(c, c->nbatch);
+            commit_offsets(c, c->nbatch, bounded);
             consume_batch_drop(c, 0);
             return true;
         case APPLY_CONN:
@@ -471,6 +522,7 @@ bool consume_batch_process(struct consumer *c, bool bounded)
             return false;
         case APPLY_HALT:
             return true;
+        case APPLY_SLOW: /* consume_pipe_apply's, handled in apply_batch */
         case APPLY_FATAL:
             c->fatal = true;
             consume_batch_drop(c, 0);

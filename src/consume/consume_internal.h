@@ -7,10 +7,18 @@
  *   consume_batch.c  the batch transaction: processed_events, the handler in
  *                    a savepoint, failed_events, COMMIT, retries, the offset
  *                    commit after COMMIT, the watchdog on a revoke or a stop
+ *   consume_pipe.c   the same transaction pipelined (o.apply_stmt): one
+ *                    statement for the batch's processed_events rows, the
+ *                    apply statements and COMMIT in one round trip, no
+ *                    savepoints; a data error falls back to consume_batch.c's
+ *                    message-by-message form
  *   consume_pg.c     the PostgreSQL connection: connect, on_connect, loss,
  *                    one statement, how a failure is classified
  *
- * Dependencies go one way: consumer.c → consume_batch.c → consume_pg.c.
+ * Dependencies: consumer.c → consume_batch.c → consume_pg.c; consume_batch.c
+ * hands a batch to consume_pipe.c first when o.apply_stmt is set, and
+ * consume_pipe.c uses consume_batch.c's message views and its treatment of
+ * our own statements' failures (consume_view_make, consume_own_failed).
  * One thread: every function here runs in the thread of consumer_run().
  */
 #ifndef OUTBOX_RELAY_CONSUME_INTERNAL_H
@@ -34,6 +42,7 @@ struct consumer {
     PGconn *pg;
     struct pg_watchdog *watchdog; /* bounds the batch of a revoke or a stop */
     bool pg_ready;         /* connected and on_connect succeeded */
+    bool pipe_prepared;    /* consume_pipe.c's statements prepared on pg */
     bool paused;           /* assigned partitions paused while PostgreSQL is away */
     bool subscribed;
     double backoff;        /* s, next reconnect pause */
@@ -47,9 +56,24 @@ struct consumer {
     int last_kafka_err;
     double last_kafka_err_at;
     rd_kafka_topic_partition_list_t *pending; /* applied, offsets not committed yet */
-    double commit_retry_at;
+    double commit_retry_at; /* monotonic s: commit pending synchronously from then */
+    bool commit_sync;      /* inside a synchronous rd_kafka_commit() */
     struct consumer_stats stats;
     char errstr[CONSUMER_ERRLEN];
+};
+
+/* What applying a batch came to. APPLY_SLOW (the pipelined path only): a
+ * message failed with a data error, the transaction is rolled back; apply
+ * the batch message by message, in savepoints. */
+enum apply_rc { APPLY_OK = 0, APPLY_CONN, APPLY_RETRY, APPLY_HALT, APPLY_FATAL, APPLY_SLOW };
+
+/* A message's fields as NUL-terminated strings, owned by the view. */
+struct msg_view {
+    struct consumer_message m;
+    char event_id[256];
+    char *key;
+    char *type;
+    char *payload;
 };
 
 /* How a failed statement or handler is treated. */
@@ -95,6 +119,19 @@ int consume_exec(struct consumer *c, const char *sql, int nparams, const char *c
 
 /* ---- consume_batch.c ---- */
 
+/* Fills v from a Kafka message (the event id rules of consumer.h). Returns
+ * 0, or -1 when out of memory (v then holds nothing to free). */
+int consume_view_make(struct msg_view *v, const rd_kafka_message_t *km);
+
+/* Frees what v owns; v can be made again. */
+void consume_view_free(struct msg_view *v);
+
+/* The failure of one of our own statements (BEGIN, processed_events,
+ * COMMIT...): a lost connection or a transient conflict is retried;
+ * anything else cannot be fixed by retrying (APPLY_FATAL, c->errstr set). */
+enum apply_rc consume_own_failed(struct consumer *c, const char *what,
+                                 const struct consumer_failure *why);
+
 /* Applies the batch in progress, retrying transient failures. Returns true
  * when the batch is done (applied and offsets committed, or halted/fatal);
  * false when PostgreSQL is away (the batch is kept) or, when bounded (a
@@ -105,12 +142,35 @@ bool consume_batch_process(struct consumer *c, bool bounded);
 /* Destroys the batch's messages from index from on. */
 void consume_batch_drop(struct consumer *c, size_t from);
 
-/* Commits the offsets applied and not yet committed (c->pending),
- * synchronously; a failure is retried later (see consume_batch.c). */
+/* Commits the offsets applied and not yet confirmed committed (c->pending),
+ * synchronously; a failure is retried later (see consume_batch.c). After a
+ * batch outside a revoke or a stop the commit is asynchronous
+ * (consume_on_commit). */
 void consume_commit_pending(struct consumer *c);
+
+/* The offset commit callback (asynchronous commits, and maybe synchronous
+ * ones): drops from c->pending what the coordinator confirmed; a refusal is
+ * logged and retried from the main loop after COMMIT_RETRY. */
+void consume_on_commit(struct consumer *c, rd_kafka_resp_err_t err,
+                       const rd_kafka_topic_partition_list_t *offsets);
 
 /* Forgets pending offsets of partitions we no longer own (all when parts is
  * NULL): committing them now could move another owner's position. */
 void consume_forget_pending(struct consumer *c, const rd_kafka_topic_partition_list_t *parts);
+
+/* ---- consume_pipe.c ---- */
+
+/* Applies the first n messages of the batch in one transaction through
+ * libpq's pipeline mode, running o.apply_stmt per new event without
+ * savepoints, and commits it. APPLY_OK: committed (stats counted);
+ * APPLY_SLOW: a message failed with a data error or cannot be sent as text,
+ * the transaction is rolled back; APPLY_CONN, APPLY_RETRY, APPLY_FATAL as
+ * for the message-by-message path. Never APPLY_HALT. */
+enum apply_rc consume_pipe_apply(struct consumer *c, size_t n);
+
+/* The event ids of v[0..n) as a PostgreSQL text[] literal, every element
+ * quoted, '"' and '\\' escaped: {"a","b\\"c"}. malloc'd (the caller
+ * frees it); NULL when out of memory. Pure. */
+char *consume_ids_literal(const struct msg_view *v, size_t n);
 
 #endif

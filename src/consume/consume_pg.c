@@ -67,6 +67,7 @@ void consume_pg_close(struct consumer *c)
         PQfinish(c->pg);
     c->pg = NULL;
     c->pg_ready = false;
+    c->pipe_prepared = false;
 }
 
 /* Pauses (or resumes) every assigned partition. */

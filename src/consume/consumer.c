@@ -74,6 +74,14 @@ static void log_parts(const char *what, const rd_kafka_topic_partition_list_t *p
     log_info("%s %d partition(s): %s", what, parts->cnt, buf);
 }
 
+/* Runs from rd_kafka_consumer_poll() (and rd_kafka_commit()) in our thread. */
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+    (void) rk;
+    consume_on_commit(opaque, err, offsets);
+}
+
 /* Runs from rd_kafka_consumer_poll() in our thread. On revoke the batch in
  * progress is finished while the partitions are still ours, or dropped with
  * nothing committed for it. */
@@ -123,6 +131,9 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             log_warn("%zu unapplied messages of revoked partitions dropped; their offsets "
                      "were not committed, so the next owner reads them again", dropped);
         }
+        /* What earlier batches committed asynchronously and the coordinator
+         * has not confirmed yet: committed now, while the partitions are ours. */
+        consume_commit_pending(c);
         consume_forget_pending(c, coop ? parts : NULL);
         if (coop)
             e = rd_kafka_incremental_unassign(rk, parts);
@@ -193,6 +204,7 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
     rd_kafka_conf_set_opaque(conf, c);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+    rd_kafka_conf_set_offset_commit_cb(conf, on_commit);
 
     char e[512];
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, e, sizeof e);
@@ -282,7 +294,7 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
 
     while (!*stop && !c->halted && !c->fatal) {
         if (c->pending != NULL && mono_now() >= c->commit_retry_at)
-            consume_commit_pending(c);
+            consume_commit_pending(c); /* not confirmed in time, or refused */
         if (!c->pg_ready) {
             consume_pg_connect(c);
             if (c->fatal)
@@ -323,10 +335,11 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
     consume_batch_drop(c, 0);
     consume_commit_pending(c);
     log_info("stopping: %" PRIu64 " events applied, %" PRIu64 " duplicates skipped, %" PRIu64
-             " failed, %" PRIu64 " batches, %" PRIu64 " PostgreSQL reconnects, %" PRIu64
+             " failed, %" PRIu64 " batches (%" PRIu64 " pipelined, %" PRIu64 " applied again "
+             "one by one after a failing event), %" PRIu64 " PostgreSQL reconnects, %" PRIu64
              " batches given up at a revoke or stop",
              c->stats.applied, c->stats.duplicates, c->stats.failed, c->stats.batches,
-             c->stats.reconnects, c->stats.abandoned);
+             c->stats.pipelined, c->stats.one_by_one, c->stats.reconnects, c->stats.abandoned);
     if (c->halted)
         return CONSUMER_HALTED;
     if (c->fatal)

@@ -30,6 +30,10 @@ batches, [defaults] with no -X and no batch options at all. Defaults only:
                                        PostgreSQL does not apply (rows locked
                                        elsewhere; the backend SIGSTOPped):
                                        the group goes on within the bound
+  test_defaults_batch_mixes_processed_new_and_failing_events  the pipelined
+                                       batch: an already-processed event, new
+                                       ones, an in-batch duplicate, a failing
+                                       one (applied again one by one)
 """
 
 import os
@@ -840,3 +844,45 @@ def test_defaults_postgres_hangs_while_the_group_rebalances(shop, broker, kafka,
         print("\nthe second consumer was assigned %.1f s after it started" % took)
     finally:
         proxy.close()
+
+
+def test_defaults_batch_mixes_processed_new_and_failing_events(shop, broker, kafka, consume):
+    """The defaults apply a batch pipelined (one processed_events INSERT for
+    the whole batch, then the --apply statements, no savepoints): in one
+    batch an event already in processed_events, new ones, and a new one
+    twice, only the new ones are applied, once. A failing event in a
+    pipelined batch rolls it back and the batch is applied again message by
+    message, so --on-error failed records just that event."""
+    pg = shop
+    broker.cmd("topic order 1")
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    pg.query("INSERT INTO processed_events (consumer, event_id) VALUES ('loyalty', 'old1')")
+    odd = 'n"2\\,{x} NULL'  # quotes, a backslash, array syntax: all of it the id
+    assert kafka.produce("order", [event(a, 10, "old1"), event(a, 1, "new1"), event(b, 2, odd),
+                                   event(a, 1, "new1")]) == []
+    p = consume(*consumer_args(pg, broker, tuning="defaults", extra=["--on-error", "failed"]))
+    wait_points(pg, {a: 1, b: 2}, 40, p)
+
+    bad = '{"customer_id": "%s", "points": "lots"}' % a
+    assert kafka.produce("order", [event(a, 5, "n3"), event(a, 0, "bad", payload=bad),
+                                   event(b, 7, "n4"), event(a, 1, "new1")]) == []
+    wait_points(pg, {a: 6, b: 9}, 30, p)
+    harness.wait_until(lambda: pg.scalar("SELECT count(*) FROM failed_events") == 1, 10,
+                       message="1 failed event")
+    assert pg.scalar("SELECT event_id FROM failed_events") == "bad"
+    assert sorted(r[0] for r in pg.query(
+        "SELECT event_id FROM processed_events WHERE consumer = 'loyalty'")) == \
+        sorted(["bad", "n3", "n4", "new1", odd, "old1"])
+    # Offsets are committed asynchronously while it runs, not only at a stop.
+    harness.wait_until(
+        lambda: committed_offsets(broker.bootstrap, "loyalty", "order", [0]) == {0: 8}, 20,
+        interval=0.5, message="offset 8 committed while running")
+    assert p.running()
+    assert p.terminate(20) == 0
+    m = re.search(r"4 events applied, 3 duplicates skipped, 1 failed, (\d+) batches "
+                  r"\((\d+) pipelined, (\d+) applied again one by one", p.log_text())
+    assert m, p.log_tail()
+    batches, pipelined, one_by_one = (int(x) for x in m.groups())
+    assert pipelined >= 1 and one_by_one >= 1, m.group(0)
+    assert pipelined + one_by_one == batches, m.group(0)
+    assert committed_offsets(broker.bootstrap, "loyalty", "order", [0]) == {0: 8}
