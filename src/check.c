@@ -303,15 +303,20 @@ enum check_status check_classify_column(enum check_column c, const char *type,
     const char *name = check_column_name(c);
     switch (c) {
     case CHECK_COL_ID:
-        if (one_of(t, INTEGER_TYPES))
+        if (one_of(t, INTEGER_TYPES) || strcmp(t, "uuid") == 0)
             break;
-        if (one_of(t, TEXT_TYPES) || strcmp(t, "numeric") == 0) {
+        if (one_of(t, TEXT_TYPES)) {
+            snprintf(why, whylen, "\"%s\" is %s: taken as is; a value over 63 bytes makes its "
+                     "event poison", name, type);
+            return CHECK_WARN;
+        }
+        if (strcmp(t, "numeric") == 0) {
             snprintf(why, whylen, "\"%s\" is %s: every value must be 1 to 19 digits, or its "
                      "event is refused", name, type);
             return CHECK_WARN;
         }
-        snprintf(why, whylen, "\"%s\" is %s: the relayer needs an integer event id", name,
-                 type);
+        snprintf(why, whylen, "\"%s\" is %s: the relayer needs an integer, uuid or text event "
+                 "id", name, type);
         return CHECK_FAIL;
     case CHECK_COL_AGGREGATE_ID:
     case CHECK_COL_TYPE:
@@ -336,11 +341,8 @@ enum check_status check_classify_column(enum check_column c, const char *type,
     case CHECK_COL_PAYLOAD:
         if (strcmp(t, "jsonb") == 0 || strcmp(t, "json") == 0)
             break;
-        if (strcmp(t, "bytea") == 0) {
-            snprintf(why, whylen, "\"%s\" is bytea: it would be published as PostgreSQL's "
-                     "hex text (\\x...), not as the bytes", name);
-            return CHECK_FAIL;
-        }
+        if (strcmp(t, "bytea") == 0 || one_of(t, TEXT_TYPES))
+            break; /* published as the bytes, or the text, as is (layout.h) */
         snprintf(why, whylen, "\"%s\" is %s: published as its text, never checked to be JSON",
                  name, type);
         return CHECK_WARN;

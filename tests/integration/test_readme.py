@@ -36,14 +36,14 @@ def demo_processes():
     return set(p.stdout.split())
 
 
-@pytest.mark.parametrize("plugin", ["default", "pgoutput"])
-def test_demo_end_to_end(plugin):
+@pytest.mark.parametrize("demo_plugin", ["default", "pgoutput"])
+def test_demo_end_to_end(demo_plugin):
     before = demo_processes()
     # The setup step (apt-get + build) is what tests/run.sh has just done;
     # skip it here so that the test runs against the build under test.
     env = dict(os.environ, DEMO_SECONDS="6", DEMO_INTERVAL="0.5", OUTBOX_SKIP_SETUP="1",
                OUTBOX_RELAY_BUILD=build_dir())
-    if plugin == "pgoutput":
+    if demo_plugin == "pgoutput":
         env["DEMO_PLUGIN"] = "pgoutput"
     cmd = readme_commands()[0].split()
     p = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,

@@ -506,7 +506,7 @@ HOSTILE = {
     "table": ["public.victim; DROP TABLE victim; --", 'public."victim"', "public.vic'tim",
               "public.victim\\", "public.tëst", "public.a b", "pub;lic.victim", "a.b.c",
               "public.", ".victim", "public.*", "public.victim,public.orders"],
-    "topic": ["{prefix};rm", "t'q", 't"q', "t\\q", "tö", "{prefix}/x", "{unknown}", "t q",
+    "topic": ["{prefix};rm", "t'q", 't"q', "t\\q", "tö", "{prefix}/x", "{un'known}", "t q",
               "{type", ""],
     "dead-letter-topic": ["dl'x", "dl;x", "dlé", "{type}"],
     "message-prefix": ["out'box", "out\\box", "a,b", "out\nbox", "préfix", "tab\there"],
