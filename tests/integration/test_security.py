@@ -361,6 +361,7 @@ def test_kafka_tls_misconfiguration_is_reported(pg, broker, kafka, relayer):
     r.terminate()
 
 
+@pytest.mark.plugins("wal2json")  # refused before any connection: no plugin involved
 def test_usage_errors_do_not_echo_secrets(tmp_path):
     """Nothing the binary prints before it runs — help, version, a bad flag,
     a bad value, a bad DSN, a bad -X, a bad config line — contains a
@@ -397,6 +398,7 @@ def test_usage_errors_do_not_echo_secrets(tmp_path):
     assert not leaks, "secrets echoed by usage errors:\n" + "\n".join(sorted(set(leaks)))
 
 
+@pytest.mark.plugins("wal2json")  # refused before any connection: no plugin involved
 def test_mistyped_arguments_do_not_echo_secrets():
     """Mistakes users make with secrets in hand: the DSN given without
     --dsn (as the command, or as a stray argument), -X with ':' for '='.
@@ -438,6 +440,7 @@ def _usage_leaks(cases):
     ("dsn", 0o640, False),
     ("none", 0o644, False),
 ], ids=["dsn-644", "uri-604", "sasl-644", "dsn-600", "dsn-640", "no-secret-644"])
+@pytest.mark.plugins("wal2json")  # the config file's check, before any connection
 def test_config_file_permissions_warning(tmp_path, content, mode, warn):
     """The warning comes from reading the file, before anything else: one
     --help run per case shows it (or its absence) without a server."""
@@ -519,6 +522,7 @@ def _hostile_cases():
             yield pytest.param(opt, v, id="%s-%d" % (opt, i))
 
 
+@pytest.mark.plugins("wal2json")  # refused before any connection: no plugin involved
 @pytest.mark.parametrize("opt,value", list(_hostile_cases()))
 def test_hostile_names_rejected(hostile_pg, opt, value):
     """Exit 2 within seconds with a message naming the option, for the
@@ -560,6 +564,7 @@ def _emit(pg, prefix, typ):
     pg.query("SELECT pg_logical_emit_message(true, %s, %s)", (prefix, env))
 
 
+@pytest.mark.plugins("wal2json")  # refused before any connection: no plugin involved
 def test_rejection_messages_are_valid_utf8(hostile_pg):
     """A refused non-ASCII value is quoted whole or not at all: the message
     stays valid UTF-8 (journald, JSON log shippers and terminals need it)."""
