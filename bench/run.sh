@@ -541,30 +541,7 @@ phase_drain() {
         rec drain recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
 
         # 2. outbox-relay, until the consumer has every event
-        psql_q -c "SELECT pg_copy_logical_replication_slot('bench_origin', 'bench_relay')" >/dev/null
-        broker_start
-        consumer_start "$min_id" "$BACKLOG" "$work/drain-relay.out" 300
-        local b0 ws
-        b0=$(proc_ticks "$BROKER_PID")
-        cpu_begin
-        t0=$(now_us)
-        relay_start bench_relay "$work/drain-relay-$r.log"
-        consumer_wait "$work/drain-relay.out" 300
-        cpu_end drain relay
-        last=$(kv "$work/drain-relay.out" last_unix_us)
-        c0=$(proc_ticks "$RELAY_PID")
-        ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_relay'")
-        rec drain relay_walsender_cores "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
-        rec drain relay_walsender_us_per_event "$(calc "$(proc_ticks "$ws") * 1e6 / $TICK / $BACKLOG")"
-        rec drain relay_relay_cores "$(calc "$c0 / $TICK / $CPU_SECS")"
-        rec drain relay_broker_cores "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
-        rec drain relay_consumer_cores "$(calc "$(kv "$work/drain-relay.out" cpu_ms) / 1000 / $CPU_SECS")"
-        rec drain relay_hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
-        relay_stop "$work/drain-relay-$r.log"
-        broker_stop
-        drop_slot bench_relay
-        rec drain relay_s "$(calc "($last - $t0) / 1e6")"
-        rec drain relay_cpu_us_per_event "$(calc "$c0 * 1e6 / $TICK / $BACKLOG")"
+        drain_relay wal2json relay "$r" "$min_id"
 
         # 3. the polling relayer, same clock; the table reset to "nothing
         #    dispatched" and rewritten so every run starts alike
@@ -572,6 +549,7 @@ phase_drain() {
             -c "VACUUM FULL events_outbox" -c "ANALYZE events_outbox" -c "CHECKPOINT"
         broker_start
         consumer_start "$min_id" "$BACKLOG" "$work/drain-poll.out" 600
+        local b0
         b0=$(proc_ticks "$BROKER_PID")
         cpu_begin
         t0=$(now_us)
@@ -604,11 +582,42 @@ phase_drain() {
     drop_slot bench_origin
 }
 
+# drain_relay PLUGIN KEY REP MIN_ID: outbox-relay --plugin PLUGIN on a copy
+# of bench_origin made with that plugin, timed until the consumer has every
+# event; the drain's KEY_* rows (KEY_s, KEY_cpu_us_per_event, the cores of
+# each process, the walsender's CPU per event, peak RSS).
+drain_relay() {
+    local plugin=$1 key=$2 r=$3 min_id=$4 t0 last c0 ws b0
+    copy_slot bench_origin bench_relay "$plugin"
+    broker_start
+    consumer_start "$min_id" "$BACKLOG" "$work/drain-$key.out" 300
+    b0=$(proc_ticks "$BROKER_PID")
+    cpu_begin
+    t0=$(now_us)
+    RELAY_PLUGIN=$plugin relay_start bench_relay "$work/drain-$key-$r.log"
+    consumer_wait "$work/drain-$key.out" 300
+    cpu_end drain "$key"
+    last=$(kv "$work/drain-$key.out" last_unix_us)
+    c0=$(proc_ticks "$RELAY_PID")
+    ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_relay'")
+    rec drain "${key}_walsender_cores" "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
+    rec drain "${key}_walsender_us_per_event" "$(calc "$(proc_ticks "$ws") * 1e6 / $TICK / $BACKLOG")"
+    rec drain "${key}_relay_cores" "$(calc "$c0 / $TICK / $CPU_SECS")"
+    rec drain "${key}_broker_cores" "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
+    rec drain "${key}_consumer_cores" "$(calc "$(kv "$work/drain-$key.out" cpu_ms) / 1000 / $CPU_SECS")"
+    rec drain "${key}_hwm_mib" "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
+    relay_stop "$work/drain-$key-$r.log"
+    broker_stop
+    drop_slot bench_relay
+    rec drain "${key}_s" "$(calc "($last - $t0) / 1e6")"
+    rec drain "${key}_cpu_us_per_event" "$(calc "$c0 * 1e6 / $TICK / $BACKLOG")"
+}
+
 # drain_pgoutput REP END_LSN MIN_ID: the same backlog through pgoutput
 # (slots copied from bench_origin with that plugin): pg_recvlogical into
 # /dev/null, then outbox-relay --plugin pgoutput until consumed.
 drain_pgoutput() {
-    local r=$1 end_lsn=$2 min_id=$3 t0 t1 last c0 ws
+    local r=$1 end_lsn=$2 min_id=$3 t0 t1
     copy_slot bench_origin bench_recv pgoutput
     cpu_begin
     t0=$(now_us)
@@ -618,26 +627,7 @@ drain_pgoutput() {
     drop_slot bench_recv
     rec drain pgo_recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
 
-    copy_slot bench_origin bench_relay pgoutput
-    broker_start
-    consumer_start "$min_id" "$BACKLOG" "$work/drain-pgo.out" 300
-    cpu_begin
-    t0=$(now_us)
-    RELAY_PLUGIN=pgoutput relay_start bench_relay "$work/drain-pgo-$r.log"
-    consumer_wait "$work/drain-pgo.out" 300
-    cpu_end drain pgo_relay
-    last=$(kv "$work/drain-pgo.out" last_unix_us)
-    c0=$(proc_ticks "$RELAY_PID")
-    ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_relay'")
-    rec drain pgo_relay_walsender_cores "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
-    rec drain pgo_relay_walsender_us_per_event "$(calc "$(proc_ticks "$ws") * 1e6 / $TICK / $BACKLOG")"
-    rec drain pgo_relay_relay_cores "$(calc "$c0 / $TICK / $CPU_SECS")"
-    rec drain pgo_relay_hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
-    relay_stop "$work/drain-pgo-$r.log"
-    broker_stop
-    drop_slot bench_relay
-    rec drain pgo_relay_s "$(calc "($last - $t0) / 1e6")"
-    rec drain pgo_relay_cpu_us_per_event "$(calc "$c0 * 1e6 / $TICK / $BACKLOG")"
+    drain_relay pgoutput pgo_relay "$r" "$min_id"
     local ps pr ws_
     ps=$(awk -F'\t' '$2 == "pgo_recvlogical_s" { v = $3 } END { print v }' "$RESULTS")
     pr=$(awk -F'\t' '$2 == "pgo_relay_s" { v = $3 } END { print v }' "$RESULTS")
