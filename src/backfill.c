@@ -310,50 +310,6 @@ int backfill_abandon(struct backfill *b)
     return BACKFILL_OK;
 }
 
-/* --- checkpoints ------------------------------------------------------- */
-
-void backfill_progress_note(struct backfill_progress *q, uint64_t n, const char *id)
-{
-    if (strlen(id) >= ID_MAX)
-        return; /* too long to record: a later checkpoint covers it */
-    if (q->head == q->tail)
-        q->head = q->tail = 0;
-    if (q->tail == q->cap) {
-        if (q->head > 0) {
-            memmove(q->v, q->v + q->head, (q->tail - q->head) * sizeof *q->v);
-            q->tail -= q->head;
-            q->head = 0;
-        } else {
-            size_t cap = q->cap ? q->cap * 2 : 64;
-            struct backfill_ckpt *v = realloc(q->v, cap * sizeof *v);
-            if (v == NULL)
-                return; /* no checkpoint: progress is only saved later */
-            q->v = v;
-            q->cap = cap;
-        }
-    }
-    q->v[q->tail].n = n;
-    snprintf(q->v[q->tail].id, ID_MAX, "%s", id);
-    q->tail++;
-}
-
-bool backfill_progress_done(struct backfill_progress *q, uint64_t acked, char *done)
-{
-    bool any = false;
-    while (q->head < q->tail && q->v[q->head].n <= acked) {
-        snprintf(done, ID_MAX, "%s", q->v[q->head].id);
-        q->head++;
-        any = true;
-    }
-    return any;
-}
-
-void backfill_progress_free(struct backfill_progress *q)
-{
-    free(q->v);
-    memset(q, 0, sizeof *q);
-}
-
 /* Writes backfill_done_id. Never waits long for the row: when someone holds
  * it (the reaper checking it, an operator), this write is skipped and a
  * later one carries the progress. Returns 0, or RETRY when the lock
