@@ -19,6 +19,7 @@
 #include "outbox_relay/log.h"
 #include "outbox_relay/maint.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/publication.h"
 
 #define KEYW "-16"
 #define STATUS_QUERY_TIMEOUT 10.0 /* s: a stalled path makes `status` report, not hang */
@@ -219,6 +220,45 @@ out:
     return rc;
 }
 
+/* --plugin pgoutput: the publication, judged as the relayer judges it
+ * (publication.h). Returns -1 when a query failed. */
+static int report_publication(PGconn *conn, const struct relay_config *cfg, struct verdict *v)
+{
+    if (cfg->plugin != PLUGIN_PGOUTPUT)
+        return 0;
+    const char *p[] = {cfg->table_schema, cfg->table_name, cfg->slot};
+    PGresult *res = query(conn, "looking up the outbox's kind",
+                          "SELECT c.relkind = 'p', EXISTS (SELECT 1 FROM pg_replication_slots "
+                          "WHERE slot_name = $3) FROM pg_class c JOIN pg_namespace n ON n.oid "
+                          "= c.relnamespace WHERE n.nspname = $1 AND c.relname = $2", 3, p);
+    if (res == NULL)
+        return -1;
+    bool partitioned = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    bool slot_exists = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    PQclear(res);
+    char sql[1024];
+    if (publication_build_lookup(conn, cfg->publication, cfg->table_schema, cfg->table_name, sql,
+                                 sizeof sql) < 0 ||
+        (res = query(conn, "checking the publication", sql, 0, NULL)) == NULL)
+        return -1;
+    struct publication_state st;
+    publication_read_state((const struct pg_result *) res, 0, &st);
+    char why[1024];
+    const char *problem = publication_problem(&st, cfg->publication, cfg->table_schema,
+                                              cfg->table_name, partitioned, &cfg->columns, why,
+                                              sizeof why);
+    if (problem == NULL)
+        fprintf(v->out, "%" KEYW "s %s (serves the outbox%s)\n", "publication", cfg->publication,
+                st.rowfilter && *st.rowfilter ? "; with a row filter" : "");
+    else if (!st.exists && !slot_exists)
+        fprintf(v->out, "%" KEYW "s %s (not made yet: the relayer creates it with its slot)\n",
+                "publication", cfg->publication);
+    else
+        unhealthy(v, "%s: the server skips outbox rows and the slot moves past them", problem);
+    PQclear(res);
+    return 0;
+}
+
 int status_run(const struct relay_config *cfg, FILE *out)
 {
     struct verdict v = {.out = out};
@@ -232,6 +272,8 @@ int status_run(const struct relay_config *cfg, FILE *out)
     int rc = report_slot(conn, cfg, &v);
     if (rc == 0)
         rc = report_table(conn, cfg, &v);
+    if (rc == 0)
+        rc = report_publication(conn, cfg, &v);
     PQfinish(conn);
     if (rc < 0) {
         fprintf(out, "UNHEALTHY: could not read the slot or the table (see the log)\n");

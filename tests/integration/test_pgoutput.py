@@ -54,6 +54,7 @@ conftest.py's `plugin` fixture.)
 import json
 import os
 import re
+import subprocess
 import uuid
 
 import psycopg2
@@ -307,6 +308,11 @@ def test_publication_altered_while_streaming(pg, broker, kafka, relayer):
     assert set(skipped) <= left  # (the delivered first rows may be reaped)
     got = kafka.read("order", timeout=3)
     assert not {int(m.headers["event_id"]) for m in got} & set(skipped)
+    st = subprocess.run([os.path.join(harness.build_dir(), "outbox-relay"), "status", "--dsn",
+                         pg.dsn(), "--plugin", "pgoutput"], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, timeout=60, text=True)
+    assert st.returncode == 1 and "UNHEALTHY: publication outbox_relay does not publish the " \
+        "outbox table" in st.stdout, st.stdout
     assert r.terminate() == 0
     r = start(relayer, pg, broker, "--plugin", "pgoutput", wait=False)
     exits_with(r, "does not publish the outbox table", "skipped by the server",
