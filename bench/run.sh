@@ -189,6 +189,9 @@ med() {
 
 # Arithmetic on decimals: calc '<awk expression>'.
 calc() { awk "BEGIN { printf \"%.6g\", $1 }"; }
+# A / B and A - B, "" when either is missing (or B is 0 for the quotient).
+quot() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print ""; else printf "%.6g", a / b }'; }
+diff_of() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") print ""; else printf "%.6g", a - b }'; }
 fmt() { # fmt FORMAT VALUE ("—" when the value is empty)
     if [ -z "$2" ]; then echo "—"; else awk -v v="$2" "BEGIN { printf \"$1\", v }"; fi
 }
@@ -700,6 +703,10 @@ steady_run() {
     rec "steady_$name" cpu_us_per_event "$(calc "($c1 - $c0) * 1e6 / $TICK / $total")"
     rec "steady_$name" cpu_pct "$(calc "($c1 - $c0) * 100 / $TICK / (($t1 - $t0) / 1e6)")"
     rec "steady_$name" hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
+    # for the floor run that follows at the same load (issue 14's ratios, per repetition)
+    LAST_STEADY_CPU_US=$(calc "($c1 - $c0) * 1e6 / $TICK / $total")
+    LAST_STEADY_P50=$(hist_quantile 0.50 <"$work/steady-$name.metrics")
+    LAST_STEADY_P99=$(hist_quantile 0.99 <"$work/steady-$name.metrics")
     relay_stop "$work/steady-$name.log"
     broker_stop
     drop_slot bench_steady
@@ -724,8 +731,13 @@ floor_run() {
     PIDS+=("$probe")
     recvlogical_follow bench_floor "$work/floor.fifo" "$work/floor.log"
     recv=$BG_PID
+    local r0 r1 x0 x1 events=$((per * CLIENTS * k))
+    r0=$(proc_ticks "$recv")
+    x0=$(proc_ctxsw "$recv")
     pgbench_run "$work/pgbench-floor-$name.log" "$k" -c "$CLIENTS" -t "$per" --rate "$((rate / k))"
     sleep 1 # the last commits reach the client
+    r1=$(proc_ticks "$recv")
+    x1=$(proc_ctxsw "$recv")
     kill -INT "$recv" 2>/dev/null || true
     wait_pid "$recv" 10
     wait_pid "$probe" 10
@@ -733,6 +745,17 @@ floor_run() {
     rec "floor_$name" p50_ms "$(kv "$work/floor-$name.out" lat_p50_ms)"
     rec "floor_$name" p95_ms "$(kv "$work/floor-$name.out" lat_p95_ms)"
     rec "floor_$name" p99_ms "$(kv "$work/floor-$name.out" lat_p99_ms)"
+    # pg_recvlogical's own CPU as the client of this load (issue 14: the
+    # relayer's CPU per event is held to 2x it), and its wake-ups per event
+    rec "floor_$name" cpu_us_per_event "$(calc "($r1 - $r0) * 1e6 / $TICK / $events")"
+    rec "floor_$name" ctxsw_per_event "$(calc "(${x1% *} - ${x0% *}) / $events")"
+    if [ -n "${LAST_STEADY_CPU_US:-}" ] && [ "$r1" -gt "$r0" ]; then
+        rec "floor_$name" ratio_cpu "$(quot "$LAST_STEADY_CPU_US" "$(calc "($r1 - $r0) * 1e6 / $TICK / $events")")"
+    fi
+    if [ -n "${LAST_STEADY_P50:-}" ]; then
+        rec "floor_$name" over_p50_ms "$(diff_of "$LAST_STEADY_P50" "$(kv "$work/floor-$name.out" lat_p50_ms)")"
+        rec "floor_$name" over_p99_ms "$(diff_of "$LAST_STEADY_P99" "$(kv "$work/floor-$name.out" lat_p99_ms)")"
+    fi
     log "floor $name: commit->client p50/p99 $(kv "$work/floor-$name.out" lat_p50_ms)/$(kv "$work/floor-$name.out" lat_p99_ms) ms"
 }
 
@@ -1083,6 +1106,16 @@ table() {
             echo "| steady $label: tx start→consumer p50 / p95 / p99 | $(fmt %.2f "$(med "steady_$s" e2e_p50_ms)") / $(fmt %.2f "$(med "steady_$s" e2e_p95_ms)") / $(fmt %.2f "$(med "steady_$s" e2e_p99_ms)") ms | |"
             echo "| steady $label: cores busy (of $NCPU) | machine $(c2 "steady_$s" cpu_machine_cores): PostgreSQL $(c2 "steady_$s" cpu_postgres_cores) (walsender $(c2 "steady_$s" cpu_walsender_cores)), relayer $(c2 "steady_$s" cpu_relay_cores), broker $(c2 "steady_$s" cpu_broker_cores), consumer $(c2 "steady_$s" cpu_consumer_cores), pgbench $(c2 "steady_$s" cpu_pgbench_cores), other $(other "steady_$s" cpu_machine_cores cpu_postgres_cores cpu_relay_cores cpu_broker_cores cpu_consumer_cores cpu_pgbench_cores) | |"
             echo "| steady $label: relayer CPU, peak RSS | $(fmt %.1f "$(med "steady_$s" cpu_pct)") % of a core ($(fmt %.1f "$(med "steady_$s" cpu_us_per_event)") µs/event), $(fmt %.1f "$(med "steady_$s" hwm_mib)") MiB; context switches per event: main thread $(fmt %.2f "$(med "steady_$s" ctxsw_main_per_event)"), librdkafka threads $(fmt %.2f "$(med "steady_$s" ctxsw_rdk_per_event)") | $([ $s = 5k ] && echo "≤ 10 %, ≤ 32 MiB") |"
+            [ $s = max ] && continue
+            # issue 14's targets, beside their rows: ratios of the medians,
+            # and in parentheses the median of the per-repetition ratios
+            # (each steady run against the floor run right after it)
+            local cu fu du
+            cu=$(med "steady_$s" cpu_us_per_event)
+            fu=$(med "floor_$s" cpu_us_per_event)
+            du=$(med drain relay_cpu_us_per_event)
+            echo "| steady $label: relayer CPU per event ÷ pg_recvlogical's as the client of the same load (its $(fmt %.1f "$fu") µs/event, $(fmt %.2f "$(med "floor_$s" ctxsw_per_event)") context switches per event)$([ -n "$du" ] && echo "; ÷ the relayer's own draining cost ($(fmt %.2f "$du") µs/event)") | **$(fmt %.2f "$(quot "$cu" "$fu")")×** ($(fmt %.2f "$(med "floor_$s" ratio_cpu)")×)$([ -n "$du" ] && echo "; **$(fmt %.2f "$(quot "$cu" "$du")")×**") | ≤ 2×$([ -n "$du" ] && echo "; ≤ 1.5×") |"
+            echo "| steady $label: commit→delivery over the floor, p50 / p99 (relayer histogram − floor) | **$(fmt %+.2f "$(diff_of "$(med "steady_$s" hist_p50_ms)" "$(med "floor_$s" p50_ms)")") / $(fmt %+.2f "$(diff_of "$(med "steady_$s" hist_p99_ms)" "$(med "floor_$s" p99_ms)")") ms** ($(fmt %+.2f "$(med "floor_$s" over_p50_ms)") / $(fmt %+.2f "$(med "floor_$s" over_p99_ms)")) | p50 ≤ floor + 1 ms, p99 ≤ floor + 10 ms |"
         done
     fi
     if has_phase huge; then
