@@ -224,32 +224,22 @@ static int check_publication(struct maint *mt)
     const struct relay_config *cfg = mt->cfg;
     if (cfg->plugin != PLUGIN_PGOUTPUT)
         return 1;
-    const char *p3[] = {cfg->table_schema, cfg->table_name, cfg->slot};
-    PGresult *res = query(mt, "looking up the outbox's kind",
-                          "SELECT c.relkind = 'p', EXISTS (SELECT 1 FROM pg_replication_slots "
-                          "WHERE slot_name = $3) FROM pg_class c JOIN pg_namespace n ON n.oid "
-                          "= c.relnamespace WHERE n.nspname = $1 AND c.relname = $2", 3, p3);
-    if (res == NULL)
-        return -1;
-    bool partitioned = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    bool slot_exists = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
-    PQclear(res);
-    char sql[1024];
-    if (publication_build_lookup(mt->conn, cfg->publication, cfg->table_schema,
-                                 cfg->table_name, sql, sizeof sql) < 0 ||
-        (res = query(mt, "checking the publication", sql, 0, NULL)) == NULL)
-        return -1;
-    struct publication_state st;
-    publication_read_state((const struct pg_result *) res, 0, &st);
-    if (!st.exists && !slot_exists) {
-        PQclear(res); /* not made yet: the stream creates it before the slot */
+    char problem[512];
+    bool filtered;
+    int health = publication_inspect(mt->conn, cfg->publication, cfg->table_schema,
+                                     cfg->table_name, cfg->slot, &cfg->columns, QUERY_TIMEOUT,
+                                     &filtered, problem, sizeof problem);
+    if (health == PUBLICATION_UNKNOWN) {
+        double now = mono_now(); /* as query() says a failed poll: once a minute */
+        if (!stopping(mt) && now - mt->last_query_warn >= WARN_EVERY) {
+            log_warn("maintenance: %s", problem);
+            mt->last_query_warn = now;
+        }
         return -1;
     }
-    char why[512];
-    const char *problem = publication_problem(&st, cfg->publication, cfg->table_schema,
-                                              cfg->table_name, partitioned, &cfg->columns, why,
-                                              sizeof why);
-    int ok = problem == NULL;
+    if (health == PUBLICATION_NOT_MADE)
+        return -1; /* the stream creates it before the slot */
+    int ok = health == PUBLICATION_SERVES;
     if (!ok && mt->publication_ok != 0)
         log_error("slot=%s: %s. From that change on the server skips outbox rows, and the "
                   "slot moves past them: the reaper is held off so it does not delete them, "
@@ -260,8 +250,7 @@ static int check_publication(struct maint *mt)
         log_info("slot=%s: publication %s serves the outbox again", cfg->slot,
                  cfg->publication);
     mt->publication_ok = ok;
-    metrics_set_publication(mt->m, ok, problem);
-    PQclear(res);
+    metrics_set_publication(mt->m, ok, ok ? NULL : problem);
     return ok;
 }
 

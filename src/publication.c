@@ -186,6 +186,58 @@ const char *publication_problem(const struct publication_state *st, const char *
     return buf;
 }
 
+int publication_inspect(PGconn *conn, const char *name, const char *schema, const char *table,
+                        const char *slot, const struct w2j_columns_map *columns,
+                        double timeout, bool *row_filter, char *why, size_t cap)
+{
+    const char *p[] = {schema, table, slot};
+    char msg[PUB_MSGLEN], sql[PUB_SQLLEN];
+    *row_filter = false;
+    PGresult *res = pgconn_exec(conn,
+                                "SELECT c.relkind = 'p', EXISTS (SELECT 1 FROM "
+                                "pg_replication_slots WHERE slot_name = $3) FROM pg_class c "
+                                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname "
+                                "= $1 AND c.relname = $2",
+                                3, p, timeout, msg, sizeof msg);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (res != NULL)
+            pgconn_error(conn, msg, sizeof msg);
+        snprintf(why, cap, "looking up the outbox's kind failed: %s", msg);
+        PQclear(res);
+        return PUBLICATION_UNKNOWN;
+    }
+    bool partitioned = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    bool slot_exists = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    PQclear(res);
+    if (publication_build_lookup(conn, name, schema, table, sql, sizeof sql) < 0) {
+        snprintf(why, cap, "cannot build the query of publication %s", name);
+        return PUBLICATION_UNKNOWN;
+    }
+    res = pgconn_exec(conn, sql, 0, NULL, timeout, msg, sizeof msg);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (res != NULL)
+            pgconn_error(conn, msg, sizeof msg);
+        snprintf(why, cap, "checking publication %s failed: %s", name, msg);
+        PQclear(res);
+        return PUBLICATION_UNKNOWN;
+    }
+    struct publication_state st;
+    publication_read_state((const struct pg_result *) res, 0, &st);
+    int health;
+    if (!st.exists && !slot_exists) {
+        snprintf(why, cap, "publication %s does not exist yet", name);
+        health = PUBLICATION_NOT_MADE;
+    } else if (publication_problem(&st, name, schema, table, partitioned, columns, why, cap)) {
+        health = PUBLICATION_BROKEN;
+    } else {
+        *row_filter = st.rowfilter != NULL && *st.rowfilter != '\0';
+        snprintf(why, cap, "publication %s serves the outbox", name);
+        health = PUBLICATION_SERVES;
+    }
+    PQclear(res);
+    return health;
+}
+
 static int create(struct slot *s, const char *name, bool partitioned);
 
 /* What the existing publication publishes of the outbox, or its absence. */

@@ -226,36 +226,23 @@ static int report_publication(PGconn *conn, const struct relay_config *cfg, stru
 {
     if (cfg->plugin != PLUGIN_PGOUTPUT)
         return 0;
-    const char *p[] = {cfg->table_schema, cfg->table_name, cfg->slot};
-    PGresult *res = query(conn, "looking up the outbox's kind",
-                          "SELECT c.relkind = 'p', EXISTS (SELECT 1 FROM pg_replication_slots "
-                          "WHERE slot_name = $3) FROM pg_class c JOIN pg_namespace n ON n.oid "
-                          "= c.relnamespace WHERE n.nspname = $1 AND c.relname = $2", 3, p);
-    if (res == NULL)
-        return -1;
-    bool partitioned = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    bool slot_exists = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
-    PQclear(res);
-    char sql[1024];
-    if (publication_build_lookup(conn, cfg->publication, cfg->table_schema, cfg->table_name, sql,
-                                 sizeof sql) < 0 ||
-        (res = query(conn, "checking the publication", sql, 0, NULL)) == NULL)
-        return -1;
-    struct publication_state st;
-    publication_read_state((const struct pg_result *) res, 0, &st);
     char why[1024];
-    const char *problem = publication_problem(&st, cfg->publication, cfg->table_schema,
-                                              cfg->table_name, partitioned, &cfg->columns, why,
-                                              sizeof why);
-    if (problem == NULL)
+    bool filtered;
+    int health = publication_inspect(conn, cfg->publication, cfg->table_schema, cfg->table_name,
+                                     cfg->slot, &cfg->columns, STATUS_QUERY_TIMEOUT, &filtered,
+                                     why, sizeof why);
+    if (health == PUBLICATION_UNKNOWN) {
+        log_error("status: %s", why);
+        return -1;
+    }
+    if (health == PUBLICATION_SERVES)
         fprintf(v->out, "%" KEYW "s %s (serves the outbox%s)\n", "publication", cfg->publication,
-                st.rowfilter && *st.rowfilter ? "; with a row filter" : "");
-    else if (!st.exists && !slot_exists)
+                filtered ? "; with a row filter" : "");
+    else if (health == PUBLICATION_NOT_MADE)
         fprintf(v->out, "%" KEYW "s %s (not made yet: the relayer creates it with its slot)\n",
                 "publication", cfg->publication);
     else
-        unhealthy(v, "%s: the server skips outbox rows and the slot moves past them", problem);
-    PQclear(res);
+        unhealthy(v, "%s: the server skips outbox rows and the slot moves past them", why);
     return 0;
 }
 

@@ -94,6 +94,24 @@ const char *publication_problem(const struct publication_state *st, const char *
 int publication_build_create(const char *name, const char *schema, const char *table,
                              char *buf, size_t cap);
 
+/* What publication_inspect() found. */
+enum publication_health {
+    PUBLICATION_UNKNOWN = -1, /* a query failed: why says which and why */
+    PUBLICATION_BROKEN = 0,   /* why says what is wrong and the fix */
+    PUBLICATION_SERVES = 1,   /* *row_filter says whether a row filter drops rows */
+    PUBLICATION_NOT_MADE = 2  /* missing, and so is slot: the relayer creates it
+                                 with the slot (a first start) */
+};
+
+/* Judges publication name for the outbox schema.table and slot on an
+ * ordinary connection (the maintenance poll, `status`), each query bounded
+ * by timeout seconds, as the stream judges it at connect
+ * (publication_problem with columns). Returns an enum publication_health,
+ * with the reason in why. */
+int publication_inspect(PGconn *conn, const char *name, const char *schema, const char *table,
+                        const char *slot, const struct w2j_columns_map *columns,
+                        double timeout, bool *row_filter, char *why, size_t cap);
+
 /* Checks the publication name for the slot s administers (its table), and
  * creates it when it does not exist and slot_exists is false. partitioned:
  * the outbox is a partitioned table. */
