@@ -47,10 +47,13 @@ void wake_drain(struct wake *w)
      * to the next call: the byte keeps the waiter awake until then. */
     if (!atomic_load(&w->signalled))
         return;
+    /* One read: a byte is written only while the flag is false and the
+     * flag is cleared here under the same lock, so the pipe holds at most
+     * one byte. Looping until EAGAIN cost a second system call per wake. */
     char buf[64];
     pthread_mutex_lock(&w->lock);
-    while (read(w->fd[0], buf, sizeof buf) > 0)
-        ;
+    ssize_t n = read(w->fd[0], buf, sizeof buf);
+    (void) n; /* empty (EAGAIN) only if another drain raced ahead */
     atomic_store(&w->signalled, false);
     pthread_mutex_unlock(&w->lock);
 }
