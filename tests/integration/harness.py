@@ -22,6 +22,7 @@ pytest is interrupted.
 import atexit
 import glob
 import os
+import random
 import re
 import select
 import shutil
@@ -104,8 +105,37 @@ def sanitizer_findings(log_path):
     return text[start:start + 4000]
 
 
+def _listen_ports():
+    """The ports free_port() picks from: below the kernel's ephemeral range,
+    which outgoing connections take their local ports from. A port the
+    kernel handed out by bind(0) can be taken by any test's next connect
+    before the server that was meant to listen on it binds it; with many
+    tests at once that happened (demo: "could not bind ... Address already
+    in use")."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return (10000, low - 1) if low > 12000 else None
+
+
+_LISTEN_PORTS = _listen_ports()
+_port_rng = random.Random()  # seeded from os.urandom: each xdist worker differs
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the
+    ephemeral range where the system allows it (see _listen_ports)."""
+    if _LISTEN_PORTS is not None:
+        for _ in range(200):
+            port = _port_rng.randint(*_LISTEN_PORTS)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -245,7 +275,16 @@ class PgCluster:
         _register(self)
         _run(["cp", "-a", _template_datadir(), self.datadir])
         self._write_hba()
-        self.start()
+        for attempt in range(5):
+            try:
+                self.start()
+                break
+            except RuntimeError as e:
+                # Another test's server took the port after free_port()
+                # saw it free: a port of our own choosing, so take another.
+                if port is not None or attempt == 4 or "Address already in use" not in str(e):
+                    raise
+                self.port = free_port()
         if load_schema:
             self.load_sql_dir(os.path.join(REPO_ROOT, "sql"))
 

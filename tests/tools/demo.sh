@@ -96,9 +96,18 @@ trap cleanup EXIT
 trap 'STOP=1' INT TERM
 
 # --- PostgreSQL ------------------------------------------------------------------
-PGPORT=$(pgl_free_port) || exit 1
-say "starting PostgreSQL 15 (wal_level=logical, wal2json) on 127.0.0.1:$PGPORT in $PGDIR"
-pgl_start "$PGDIR" "$PGPORT" || exit 1
+# A port seen free can still be taken before the server binds it (other
+# servers starting at the same moment): then another port, twice more.
+for try in 1 2 3; do
+    PGPORT=$(pgl_free_port) || exit 1
+    say "starting PostgreSQL 15 (wal_level=logical, wal2json) on 127.0.0.1:$PGPORT in $PGDIR"
+    pgl_start "$PGDIR" "$PGPORT" 2>"$PGDIR.start.err" && break
+    if [ "$try" = 3 ] || ! grep -q "Address already in use" "$PGDIR.start.err"; then
+        cat "$PGDIR.start.err" >&2
+        exit 1
+    fi
+done
+rm -f "$PGDIR.start.err"
 pgl_load_sql "$PGPORT" "$REPO/sql" || exit 1
 pgl_psql "$PGPORT" <<'SQL' || exit 1
 CREATE TABLE IF NOT EXISTS public.orders (

@@ -15,9 +15,13 @@
 PGL_BIN=${PGL_BIN:-/usr/lib/postgresql/15/bin}
 
 pgl_free_port() {
-    local port tries=0
+    # Below the kernel's ephemeral range (usually 32768-60999), where
+    # outgoing connections never hold the port while the server binds it.
+    local port tries=0 low=32768
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+    [ "$low" -gt 12000 ] || low=32768
     while [ $tries -lt 200 ]; do
-        port=$(( 20000 + RANDOM % 40000 ))
+        port=$(( 10000 + RANDOM % (low - 10000) ))
         # A port nobody answers on; bash's /dev/tcp needs no extra tools.
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             echo "$port"
