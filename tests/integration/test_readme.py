@@ -30,15 +30,15 @@ def test_readme_opens_with_the_two_commands():
     assert readme_commands()[:2] == ["bash tests/tools/demo.sh", "bash tests/run.sh"]
 
 
-def demo_processes():
-    """pids of processes running from a demo's work dir (/tmp/outbox-demo.*)."""
-    p = subprocess.run(["pgrep", "-f", "/tmp/outbox-demo[.]"], stdout=subprocess.PIPE)
+def demo_processes(work_dir):
+    """pids of processes running from this demo's work dir (the other
+    parametrisation may be running its own demo at the same time)."""
+    p = subprocess.run(["pgrep", "-f", re.escape(work_dir) + "(/|$)"], stdout=subprocess.PIPE)
     return set(p.stdout.split())
 
 
 @pytest.mark.parametrize("demo_plugin", ["default", "pgoutput"])
 def test_demo_end_to_end(demo_plugin):
-    before = demo_processes()
     # The setup step (apt-get + build) is what tests/run.sh has just done;
     # skip it here so that the test runs against the build under test.
     env = dict(os.environ, DEMO_SECONDS="6", DEMO_INTERVAL="0.5", OUTBOX_SKIP_SETUP="1",
@@ -55,4 +55,6 @@ def test_demo_end_to_end(demo_plugin):
     assert m and int(m.group(1)) >= 3 and int(m.group(2)) >= 1, out[-3000:]
     assert re.search(r"committed orders missing: 0; rolled-back orders present: 0", out)
     # Nothing left running from the demo's work dir (its PostgreSQL, kcat).
-    assert demo_processes() <= before
+    work = re.search(r" in (/tmp/outbox-demo\.[A-Za-z0-9]+)/pg\b", out)
+    assert work, "the demo did not name its work dir:\n" + out[-3000:]
+    assert not demo_processes(work.group(1)), "left running from %s" % work.group(1)
