@@ -31,7 +31,9 @@ echo "== fuzzing the decoder and the wire parser (clang, ASan/UBSan; docs/failur
 FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tests/fuzz/run.sh
 
 echo "== benchmark smoke run (small sizes; fails on a missing event, never on timing)" && bash bench/run.sh --quick
-echo "== integration tests (release build, ${OUTBOX_TEST_WORKERS:=3} workers) and, alongside, the core, chaos, consumer and fatal-state suites under ASan/UBSan"
+# Most integration tests wait (timeouts, outages, restarts) rather than
+# compute: on 2 cores, 8 + 3 workers kept the machine below saturation.
+echo "== integration tests (release build, ${OUTBOX_TEST_WORKERS:=8} workers) and, alongside, the core, chaos, consumer and fatal-state suites under ASan/UBSan (${OUTBOX_ASAN_WORKERS:=3} workers)"
 # Tests that measure memory or time of the release build are left out of
 # the sanitizer pass (ASan's shadow memory and slowdown are what they would
 # measure); everything else in those files runs there too.
@@ -41,7 +43,7 @@ if [ -z "${OUTBOX_SKIP_ASAN_IT:-}" ]; then
     (
         export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
         OUTBOX_RELAY_BUILD="$repo/build-asan" OUTBOX_TOOLS_BUILD="$repo/build" \
-            /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+            /usr/bin/python3 -m pytest -q -p no:cacheprovider -n "$OUTBOX_ASAN_WORKERS" \
             tests/integration/test_core.py tests/integration/test_chaos.py \
             tests/integration/test_consumer.py tests/integration/test_fatal.py \
             -k "not bounded_memory and not one_huge" "$@"

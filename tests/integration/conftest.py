@@ -46,6 +46,64 @@ def plugin(request):
     harness.current_plugin = None
 
 
+def _slow_first_ranks():
+    ranks = {}
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow_tests.txt")
+    with open(path) as f:
+        for line in f:
+            nodeid = line.split("#", 1)[0].strip()
+            if nodeid:
+                ranks.setdefault(nodeid, len(ranks))
+    return ranks
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The longest tests first (slow_tests.txt), the rest in file order: a
+    stable order, the same in every xdist worker."""
+    ranks = _slow_first_ranks()
+
+    def key(pair):
+        i, item = pair
+        rel = item.nodeid.split("integration/", 1)[-1]
+        return (0, ranks[rel]) if rel in ranks else (1, i)
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Longest first, one test at a time: each worker holds the test it runs
+    and the next one (xdist needs that one to plan teardown) and takes the
+    next pending test when it finishes one. xdist's own load scheduler hands
+    out chunks of consecutive tests, which put several long tests on one
+    worker and left others idle at the end."""
+    from xdist.scheduler import LoadScheduling
+
+    class LongestFirst(LoadScheduling):
+        def schedule(self):
+            assert self.collection_is_completed
+            if self.collection is not None:
+                for node in self.nodes:
+                    self.check_schedule(node)
+                return
+            if not self._check_nodes_have_same_collection():
+                self.log("**Different tests collected, aborting run**")
+                return
+            self.collection = list(self.node2collection.values())[0]
+            self.pending[:] = range(len(self.collection))
+            for node in self.nodes:
+                self.check_schedule(node)
+
+        def check_schedule(self, node, duration=0):
+            if node.shutting_down:
+                return
+            want = 2 - len(self.node2pending[node])
+            if self.pending and want > 0:
+                self._send_tests(node, min(want, len(self.pending)))
+            if not self.pending:
+                node.shutdown()
+
+    return LongestFirst(config, log)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "plugins(*names): the output plugins a test runs with")
     # SIGTERM to pytest (a CI timeout) unwinds like Ctrl-C, so fixture
