@@ -716,8 +716,8 @@ def test_wal_level_replica_is_fatal(pg_factory, broker, relayer):
 @pytest.mark.plugins("wal2json")
 def test_wal2json_missing_is_reported(pg_factory, broker, relayer, public_tmp_dir):
     """wal2json cannot be loaded by the server: a clear error naming it;
-    no slot is left half-made; if the relayer exits it is a clean non-zero
-    exit, not a crash."""
+    no slot is left half-made; the relayer stops by itself (no retry can
+    load the library) with a clean non-zero exit, not a crash."""
     pg = pg_factory(settings={"dynamic_library_path": public_tmp_dir()}, name="nolib")
     r = start_relay(relayer, pg, broker, wait=False)
     wait_until(lambda: error_line(r.log_text(), "wal2json") or (not r.running() and "exited"), 30,
@@ -726,10 +726,10 @@ def test_wal2json_missing_is_reported(pg_factory, broker, relayer, public_tmp_di
     assert error_line(log, "wal2json"), log
     assert "created replication slot" not in log.lower()
     assert pg.slot_info() is None
-    if r.running():
-        assert r.terminate() == 0
-    else:
-        assert r.returncode > 0, r.returncode
+    # Waited for, not looked at: a sanitizer build is still exiting (its
+    # leak check) a while after the error line, and a SIGTERM then raced it.
+    rc = r.wait_exit(30)
+    assert rc is not None and rc > 0, rc
 
 
 def test_role_without_replication_is_reported(pg, broker, relayer):
@@ -740,10 +740,8 @@ def test_role_without_replication_is_reported(pg, broker, relayer):
     log = r.log_text()
     assert error_line(log, "REPLICATION"), log
     assert "created replication slot" not in log.lower()
-    if r.running():
-        assert r.terminate() == 0
-    else:
-        assert r.returncode > 0, r.returncode
+    rc = r.wait_exit(30)  # fatal: no retry grants the attribute
+    assert rc is not None and rc > 0, rc
 
 
 def test_unreachable_postgres_keeps_retrying(pg_factory, broker, kafka, relayer):
