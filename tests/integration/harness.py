@@ -284,6 +284,7 @@ class PgCluster:
                 # saw it free: a port of our own choosing, so take another.
                 if port is not None or attempt == 4 or "Address already in use" not in str(e):
                     raise
+                self.stop()  # reaps the exited postmaster, closes its log
                 self.port = free_port()
         if load_schema:
             self.load_sql_dir(os.path.join(REPO_ROOT, "sql"))
