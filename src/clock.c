@@ -13,6 +13,13 @@ double mono_now(void)
     return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
+int64_t wall_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 struct timespec mono_deadline(double seconds)
 {
     struct timespec ts;

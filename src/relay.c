@@ -47,18 +47,13 @@
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
 #define READ_BATCH 256      /* frames between delivery-report polls */
 #define MID_TX_NAP_NS 100000 /* a nap inside a transaction: see mid_tx_nap() */
+#define LAZY_REPORTS_MS 10  /* the longest a delivery report waits to be served
+                               while the loop is reading: see session() */
 #define REWIND_MIN 0.2      /* s before the first re-production after a rewind */
 #define AUTH_GRACE 30.0     /* s an authorization refusal may last, without any
                                progress, before it counts as permanent */
 
 enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2 };
-
-int64_t relay_now_unix_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 void relay_set_fatal(struct relay *r, const char *fmt, ...)
 {
@@ -305,7 +300,7 @@ static void publish_gauges(struct relay *r, bool streaming)
     metrics_set_confirmed_lsn(r->metrics, tracker_confirmed(r->tracker));
     metrics_set_received_lsn(r->metrics, r->stats.received_lsn);
     int64_t oldest = tracker_oldest_stamp(r->tracker);
-    double age = oldest ? (double) (relay_now_unix_us() - oldest) / 1e6 : 0;
+    double age = oldest ? (double) (wall_now_us() - oldest) / 1e6 : 0;
     metrics_set_oldest_pending_age(r->metrics, age > 0 ? age : 0);
     metrics_set_state(r->metrics, stream_connected(r->stream), streaming,
                       sink_brokers_up(r->sink));
@@ -398,11 +393,24 @@ static int session(struct relay *r)
             due = live_due;
 
         publish_gauges(r, true);
+        /* Delivery reports lazily while reading: at a steady rate the
+         * next transaction's WAL wakes the loop anyway, and a wake-up of
+         * its own for each report cost a context switch per transaction.
+         * They wait LAZY_REPORTS_MS at most, which confirms a little later
+         * (status updates go at most every STATUS_MIN_GAP anyway) and
+         * changes no latency the relayer reports: those are taken when the
+         * broker answered (sink.h). Promptly when they are what the loop
+         * waits for: a full window, a rewind waiting for the reports of
+         * what is in flight. */
+        bool lazy = reading && !r->rewind && sink_inflight(r->sink) > 0;
+        sink_set_lazy(r->sink, lazy);
         struct pollfd pfd[2] = {
             {.fd = sink_fd(r->sink), .events = POLLIN},
             {.fd = stream_socket(r->stream), .events = reading ? POLLIN : 0},
         };
         int timeout = (int) (due * 1000) + 1;
+        if (lazy && timeout > LAZY_REPORTS_MS)
+            timeout = LAZY_REPORTS_MS;
         if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
             relay_set_fatal(r, "poll failed: %s", strerror(errno));
             return STREAM_FATAL;
@@ -588,6 +596,7 @@ int relay_run(struct relay *r)
                                                   !decoder_names_root(r->decoder));
 
         rc = session(r);
+        sink_set_lazy(r->sink, false);
         if (rc == SESSION_STOP)
             break;
         if (rc == SESSION_REWIND) {

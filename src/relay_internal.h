@@ -76,7 +76,6 @@ struct relay {
 };
 
 /* relay.c */
-int64_t relay_now_unix_us(void);
 void relay_set_fatal(struct relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether to read more WAL (dispatch_window_open over the sink's counts). */
 bool relay_window_open(const struct relay *r);

@@ -123,9 +123,12 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     if (rep->err == 0) {
         r->stats.events_delivered++;
         if (r->metrics) {
+            /* Delivered when the broker's answer came in, not when the
+             * report is served: served lazily, that can be later. */
             int64_t stamp = tracker_token_stamp(r->tracker, token);
+            int64_t acked = rep->acked_unix_us ? rep->acked_unix_us : wall_now_us();
             metrics_event_delivered(r->metrics, rep->topic,
-                                    stamp ? (double) (relay_now_unix_us() - stamp) / 1e6 : -1);
+                                    stamp ? (double) (acked - stamp) / 1e6 : -1);
         }
         if (is_backfill(token))
             tracker_ack(r->bf_tracker, token & ~BACKFILL_TOKEN);

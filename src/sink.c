@@ -10,6 +10,15 @@
  * on_queue_event() when its main queue becomes non-empty, which writes a
  * byte unless one is already waiting (wake.h says how no wake-up is lost).
  *
+ * Lazy reports (sink_set_lazy): at a steady rate the main loop wakes for
+ * the WAL anyway, about once per transaction; waking it a second time for
+ * each delivery report cost a context switch per transaction. While lazy,
+ * the callback writes nothing and the caller serves reports on its next
+ * wake-up, within its own bound. What a report says about time must not
+ * depend on when it is served, so each message's record (struct sink_msg,
+ * the message's opaque) gets the time librdkafka's thread saw the broker's
+ * acknowledgement, from an on_acknowledgement interceptor.
+ *
  * The hot path is measured (bench/run.sh; the history is in
  * docs/benchmarks.md, "What was changed"): events go out through a topic
  * handle cached per event type (topic.h), and a successful delivery report
@@ -19,16 +28,47 @@
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/event_headers.h"
 #include "outbox_relay/kafka_conf.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/topic.h"
 #include "outbox_relay/wake.h"
+
+/* One produced message's record, handed to librdkafka as its opaque: the
+ * caller's token, and when librdkafka's thread saw the broker acknowledge
+ * the message (on_ack; CLOCK_REALTIME µs, 0 until then). Records live in
+ * chunks owned by the sink, freed only after the producer is destroyed
+ * (its threads may still acknowledge while it is), and are recycled through
+ * a free list that only the caller's thread touches: it takes one in
+ * sink_produce and gives it back when the report is served. The ack time is
+ * written before librdkafka queues the report under its queue lock and read
+ * after the caller dequeued it under the same lock. */
+struct sink_msg {
+    uint64_t token;
+    _Atomic int64_t acked_us;
+    struct sink_msg *next_free;
+};
+
+#define SINK_MSG_CHUNK 1024
+
+struct sink_msg_chunk {
+    struct sink_msg_chunk *next;
+    struct sink_msg msg[SINK_MSG_CHUNK];
+};
+
+/* librdkafka before 2.13, when rd_kafka_new() refuses a configuration
+ * that has interceptors, frees them but leaves them in the caller's
+ * configuration, which a destroy then frees twice (librdkafka issue 4142):
+ * the refused configuration is kept here instead, reachable until exit. A
+ * refused configuration ends the relayer, so there is one at most. */
+static rd_kafka_conf_t *refused_conf;
 
 struct sink {
     const char *topic_template;
@@ -44,6 +84,10 @@ struct sink {
     rd_kafka_t *rk;
     rd_kafka_queue_t *mainq;
     struct wake wake; /* readable while reports wait (on_queue_event) */
+    atomic_bool lazy; /* read by on_queue_event: no wake-up while set */
+    bool lazy_set;    /* the caller's copy */
+    struct sink_msg *free_msgs;
+    struct sink_msg_chunk *chunks;
     sink_report_fn on_report;
     void *ctx;
     size_t inflight;
@@ -75,9 +119,56 @@ static void header_str(rd_kafka_headers_t *hdrs, const char *name, char *dst, si
     }
 }
 
+/* A record for the next message; NULL when out of memory. */
+static struct sink_msg *msg_get(struct sink *sk)
+{
+    if (sk->free_msgs == NULL) {
+        struct sink_msg_chunk *c = malloc(sizeof *c);
+        if (c == NULL)
+            return NULL;
+        c->next = sk->chunks;
+        sk->chunks = c;
+        for (size_t i = 0; i < SINK_MSG_CHUNK; i++) {
+            c->msg[i].next_free = sk->free_msgs;
+            sk->free_msgs = &c->msg[i];
+        }
+    }
+    struct sink_msg *msg = sk->free_msgs;
+    sk->free_msgs = msg->next_free;
+    atomic_store_explicit(&msg->acked_us, 0, memory_order_relaxed);
+    return msg;
+}
+
+static void msg_put(struct sink *sk, struct sink_msg *msg)
+{
+    msg->next_free = sk->free_msgs;
+    sk->free_msgs = msg;
+}
+
+/* on_acknowledgement, on librdkafka's broker thread, for every message
+ * whose fate is known (delivered or failed for good), before its report is
+ * queued. It only stamps our record: the message itself is immutable. */
+static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque)
+{
+    struct sink_msg *msg = m->_private;
+    if (msg != NULL)
+        atomic_store_explicit(&msg->acked_us, wall_now_us(), memory_order_relaxed);
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *ic_opaque,
+                                  char *errstr, size_t errstr_size)
+{
+    return rd_kafka_interceptor_add_on_acknowledgement(rk, "outbox-relay", on_ack, ic_opaque);
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct sink *sk = opaque;
+    struct sink_msg *msg = m->_private;
+    uint64_t token = msg->token;
+    int64_t acked_us = atomic_load_explicit(&msg->acked_us, memory_order_relaxed);
+    msg_put(sk, msg);
     size_t bytes = m->len + m->key_len;
     sk->inflight--;
     sk->inflight_bytes -= bytes < sk->inflight_bytes ? bytes : sk->inflight_bytes;
@@ -116,8 +207,9 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         .key_len = m->key_len,
         .value = m->payload,
         .value_len = m->len,
+        .acked_unix_us = acked_us,
     };
-    sk->on_report(sk->ctx, (uint64_t) (uintptr_t) m->_private, &rep);
+    sk->on_report(sk->ctx, token, &rep);
 }
 
 /* Called by librdkafka, from any of its threads and under its queue lock,
@@ -127,7 +219,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 static void on_queue_event(rd_kafka_t *rk, void *opaque)
 {
     struct sink *sk = opaque;
-    wake_signal(&sk->wake);
+    if (!atomic_load(&sk->lazy))
+        wake_signal(&sk->wake);
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -181,6 +274,7 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
     sk->on_report = on_report;
     sk->ctx = ctx;
     sk->wake.fd[0] = sk->wake.fd[1] = -1;
+    atomic_init(&sk->lazy, false);
     sk->brokers_up = true;
     sk->last_topic = sk->last_topic_buf;
 
@@ -210,11 +304,18 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
     rd_kafka_conf_set_opaque(conf, sk);
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
+    if (rd_kafka_conf_interceptor_add_on_new(conf, "outbox-relay", on_new, sk) !=
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
+        snprintf(err, errlen, "cannot add the Kafka producer's acknowledgement interceptor");
+        goto fail;
+    }
 
     char e[512];
     sk->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
     if (sk->rk == NULL) {
         snprintf(err, errlen, "cannot create the Kafka producer: %s", e);
+        refused_conf = conf; /* not destroyed: see refused_conf */
+        conf = NULL;
         goto fail;
     }
     conf = NULL; /* owned by rk now */
@@ -237,6 +338,16 @@ fail:
         free(sk);
     }
     return NULL;
+}
+
+static void free_chunks(struct sink *sk)
+{
+    while (sk->chunks != NULL) {
+        struct sink_msg_chunk *c = sk->chunks;
+        sk->chunks = c->next;
+        free(c);
+    }
+    sk->free_msgs = NULL;
 }
 
 static void release_topic(void *rkt)
@@ -262,6 +373,7 @@ void sink_free(struct sink *sk, int timeout_ms)
     rd_kafka_queue_destroy(sk->mainq);
     rd_kafka_destroy(sk->rk);
     wake_destroy(&sk->wake);
+    free_chunks(sk);
     free(sk);
 }
 
@@ -394,6 +506,13 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
 
     /* The headers: event_id, event_type, created_at when known, then the
      * configured ones (event_headers.h). */
+    struct sink_msg *msg = msg_get(sk);
+    if (msg == NULL) {
+        snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s: out of memory", ev->event_id);
+        sk->err_class = KAFKA_ERR_FATAL;
+        return SINK_FATAL;
+    }
+    msg->token = token;
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(eh.n);
     for (size_t i = 0; i < eh.n; i++)
         rd_kafka_header_add(hdrs, eh.h[i].name, -1, eh.h[i].value, (ssize_t) eh.h[i].len);
@@ -403,17 +522,18 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
             sk->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_KEY(ev->aggregate_id, ev->aggregate_id_len),
             RD_KAFKA_V_VALUE((void *) ev->payload, ev->payload_len), RD_KAFKA_V_HEADERS(hdrs),
-            RD_KAFKA_V_OPAQUE((void *) (uintptr_t) token), RD_KAFKA_V_END);
+            RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
     else
         e = rd_kafka_producev(
             sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_KEY(ev->aggregate_id, ev->aggregate_id_len),
             RD_KAFKA_V_VALUE((void *) ev->payload, ev->payload_len), RD_KAFKA_V_HEADERS(hdrs),
-            RD_KAFKA_V_OPAQUE((void *) (uintptr_t) token), RD_KAFKA_V_END);
-    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+            RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
-    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+        msg_put(sk, msg);
         return produce_err(sk, e, topic, ev->event_id);
+    }
     sk->inflight++;
     sk->inflight_bytes += bytes;
     return SINK_OK;
@@ -427,6 +547,13 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
         sk->err_class = KAFKA_ERR_FATAL;
         return SINK_FATAL;
     }
+    struct sink_msg *msg = msg_get(sk);
+    if (msg == NULL) {
+        snprintf(sk->errstr, sizeof sk->errstr, "topic=%s: out of memory", topic);
+        sk->err_class = KAFKA_ERR_FATAL;
+        return SINK_FATAL;
+    }
+    msg->token = token;
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(nheaders);
     for (size_t i = 0; i < nheaders; i++)
         rd_kafka_header_add(hdrs, headers[2 * i], -1, headers[2 * i + 1], -1);
@@ -437,10 +564,11 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
     rd_kafka_resp_err_t e = rd_kafka_producev(
         sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE((void *) value, value_len),
-        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE((void *) (uintptr_t) token),
+        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(msg),
         RD_KAFKA_V_END);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
+        msg_put(sk, msg);
         return produce_err(sk, e, topic, event_id);
     }
     sk->inflight++;
@@ -454,6 +582,20 @@ int sink_poll(struct sink *sk, int timeout_ms)
      * by the rd_kafka_poll() below, one queued after it signals again. */
     wake_drain(&sk->wake);
     return rd_kafka_poll(sk->rk, timeout_ms);
+}
+
+void sink_set_lazy(struct sink *sk, bool lazy)
+{
+    if (lazy == sk->lazy_set)
+        return;
+    sk->lazy_set = lazy;
+    atomic_store(&sk->lazy, lazy);
+    /* Reports queued while lazy made no wake-up, and the callback comes
+     * only when the queue turns non-empty: the caller's next wait would
+     * miss them. Whatever was queued before the store is counted here;
+     * whatever comes after it signals by itself. */
+    if (!lazy && rd_kafka_queue_length(sk->mainq) > 0)
+        wake_signal(&sk->wake);
 }
 
 int sink_fd(const struct sink *sk)

@@ -9,7 +9,7 @@
  *
  * Delivery reports come back through sink_poll(), which calls the report
  * callback exactly once per produced event, in the caller's thread, with the
- * token given to sink_produce().
+ * token given to sink_produce() and the time the broker's answer came in.
  */
 #ifndef OUTBOX_RELAY_SINK_H
 #define OUTBOX_RELAY_SINK_H
@@ -56,6 +56,9 @@ struct sink_report {
     size_t key_len;
     const char *value;
     size_t value_len;
+    int64_t acked_unix_us;  /* when librdkafka's thread saw the broker's
+                               answer (CLOCK_REALTIME µs), however late the
+                               report is served; 0 when not known */
 };
 
 typedef void (*sink_report_fn)(void *ctx, uint64_t token, const struct sink_report *rep);
@@ -112,6 +115,14 @@ int sink_poll(struct sink *sk, int timeout_ms);
 /* A file descriptor that becomes readable when reports are waiting;
  * sink_poll() drains it. */
 int sink_fd(const struct sink *sk);
+
+/* Lazy reports: while lazy, reports that come in leave sink_fd() as it is;
+ * the caller serves them (sink_poll) when it wakes for something else, and
+ * bounds its waits itself meanwhile. Turning it off makes sink_fd()
+ * readable at once when reports are waiting, so a wait that starts after
+ * it misses none. Off when created. sink_poll(timeout > 0) waits inside
+ * librdkafka and is not affected. */
+void sink_set_lazy(struct sink *sk, bool lazy);
 
 /* Waits up to timeout_ms until every produced event has been reported.
  * Returns 0 when none is left, -1 on timeout. */
