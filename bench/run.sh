@@ -13,7 +13,9 @@
 # connections as a real broker has: tests/tools/nodelay_preload.c), and measures,
 # in one run, everything co-located on this machine:
 #   drain   the same WAL backlog (BENCH_BACKLOG events: half in one-event
-#           transactions, half in 2..20-event ones, ~370-byte payloads) drained
+#           transactions, half in 2..20-event ones, ~370-byte payloads; and
+#           first a backlog of as many small events, in the same transactions
+#           with payloads of a few bytes, without the polling relayer) drained
 #           by pg_recvlogical with the relayer's exact wal2json options into
 #           /dev/null (the decode limit), by outbox-relay (until a consumer
 #           has read every event) and by the seed's polling relayer
@@ -504,6 +506,7 @@ pgbench_run() { # pgbench_run LOG EVENTS_PER_TX ARGS...: the producer transactio
 # ------------------------------------------------------------------ phases
 
 phase_drain() {
+    drain_small
     log "drain: generating a backlog of $BACKLOG events"
     create_slot bench_origin
     local lsn0 end_lsn min_id n r o0
@@ -585,35 +588,79 @@ phase_drain() {
     drop_slot bench_origin
 }
 
-# drain_relay PLUGIN KEY REP MIN_ID: outbox-relay --plugin PLUGIN on a copy
-# of bench_origin made with that plugin, timed until the consumer has every
-# event; the drain's KEY_* rows (KEY_s, KEY_cpu_us_per_event, the cores of
+# drain_relay PLUGIN KEY REP MIN_ID [PHASE ORIGIN COUNT]: outbox-relay
+# --plugin PLUGIN on a copy of ORIGIN (bench_origin) made with that plugin,
+# timed until the consumer has every one of COUNT ($BACKLOG) events; the
+# PHASE's (drain's) KEY_* rows (KEY_s, KEY_cpu_us_per_event, the cores of
 # each process, the walsender's CPU per event, peak RSS).
 drain_relay() {
-    local plugin=$1 key=$2 r=$3 min_id=$4 t0 last c0 ws b0
-    copy_slot bench_origin bench_relay "$plugin"
+    local plugin=$1 key=$2 r=$3 min_id=$4 phase=${5:-drain} origin=${6:-bench_origin}
+    local count=${7:-$BACKLOG} t0 last c0 ws b0
+    copy_slot "$origin" bench_relay "$plugin"
     broker_start
-    consumer_start "$min_id" "$BACKLOG" "$work/drain-$key.out" 300
+    consumer_start "$min_id" "$count" "$work/drain-$key.out" 300
     b0=$(proc_ticks "$BROKER_PID")
     cpu_begin
     t0=$(now_us)
     RELAY_PLUGIN=$plugin relay_start bench_relay "$work/drain-$key-$r.log"
     consumer_wait "$work/drain-$key.out" 300
-    cpu_end drain "$key"
+    cpu_end "$phase" "$key"
     last=$(kv "$work/drain-$key.out" last_unix_us)
     c0=$(proc_ticks "$RELAY_PID")
     ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_relay'")
-    rec drain "${key}_walsender_cores" "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
-    rec drain "${key}_walsender_us_per_event" "$(calc "$(proc_ticks "$ws") * 1e6 / $TICK / $BACKLOG")"
-    rec drain "${key}_relay_cores" "$(calc "$c0 / $TICK / $CPU_SECS")"
-    rec drain "${key}_broker_cores" "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
-    rec drain "${key}_consumer_cores" "$(calc "$(kv "$work/drain-$key.out" cpu_ms) / 1000 / $CPU_SECS")"
-    rec drain "${key}_hwm_mib" "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
+    rec "$phase" "${key}_walsender_cores" "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
+    rec "$phase" "${key}_walsender_us_per_event" "$(calc "$(proc_ticks "$ws") * 1e6 / $TICK / $count")"
+    rec "$phase" "${key}_relay_cores" "$(calc "$c0 / $TICK / $CPU_SECS")"
+    rec "$phase" "${key}_broker_cores" "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
+    rec "$phase" "${key}_consumer_cores" "$(calc "$(kv "$work/drain-$key.out" cpu_ms) / 1000 / $CPU_SECS")"
+    rec "$phase" "${key}_hwm_mib" "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
     relay_stop "$work/drain-$key-$r.log"
     broker_stop
     drop_slot bench_relay
-    rec drain "${key}_s" "$(calc "($last - $t0) / 1e6")"
-    rec drain "${key}_cpu_us_per_event" "$(calc "$c0 * 1e6 / $TICK / $BACKLOG")"
+    rec "$phase" "${key}_s" "$(calc "($last - $t0) / 1e6")"
+    rec "$phase" "${key}_cpu_us_per_event" "$(calc "$c0 * 1e6 / $TICK / $count")"
+}
+
+# The small-event backlog: as many events as the mixed one, in the same
+# transactions, with payloads of a few bytes: what each event costs apart
+# from its bytes. Drained by pg_recvlogical and outbox-relay with each
+# plugin, before the mixed backlog exists, and deleted before that one is
+# made, so that no drain reads the other's WAL.
+drain_small() {
+    log "drain: generating a backlog of $BACKLOG small events"
+    create_slot bench_small
+    local lsn0 end_lsn min_id n r t0 t1 rs rr
+    lsn0=$(current_lsn)
+    min_id=$(next_id)
+    psql_q -c "SET synchronous_commit = off" -c "CALL bench_backlog($BACKLOG, true)"
+    psql_q -c "CHECKPOINT"
+    end_lsn=$(psql_q -c 'SELECT pg_current_wal_lsn()')
+    n=$(psql_q -c "SELECT count(*) FROM events_outbox WHERE id >= $min_id")
+    [ "$n" = "$BACKLOG" ] || die "small backlog has $n events, expected $BACKLOG"
+    rec small wal_mb "$(calc "($(lsn_int "$end_lsn") - $lsn0) / 1048576")"
+    rec small payload_bytes "$(psql_q -c "SELECT round(avg(length(payload::text))) FROM events_outbox WHERE id >= $min_id")"
+    local plugin p
+    for ((r = 1; r <= REPS; r++)); do
+        for plugin in wal2json pgoutput; do
+            p=${plugin/wal2json/w2j}
+            p=${p/pgoutput/pgo}
+            copy_slot bench_small bench_recv "$plugin"
+            cpu_begin
+            t0=$(now_us)
+            recvlogical bench_recv "$end_lsn" /dev/null "$plugin"
+            t1=$(now_us)
+            cpu_end small "${p}_recv"
+            drop_slot bench_recv
+            rec small "${p}_recvlogical_s" "$(calc "($t1 - $t0) / 1e6")"
+            drain_relay "$plugin" "${p}_relay" "$r" "$min_id" small bench_small "$BACKLOG"
+            rs=$(awk -F'\t' -v k="${p}_recvlogical_s" '$1 == "small" && $2 == k { v = $3 } END { print v }' "$RESULTS")
+            rr=$(awk -F'\t' -v k="${p}_relay_s" '$1 == "small" && $2 == k { v = $3 } END { print v }' "$RESULTS")
+            rec small "${p}_ratio_decode" "$(calc "$rs / $rr")"
+            log "drain $r/$REPS small events, $plugin: pg_recvlogical $rs s, outbox-relay $rr s"
+        done
+    done
+    drop_slot bench_small
+    psql_q -c "DELETE FROM events_outbox WHERE id >= $min_id" -c "VACUUM events_outbox" >/dev/null
 }
 
 # drain_pgoutput REP END_LSN MIN_ID: the same backlog through pgoutput
@@ -1081,15 +1128,26 @@ table() {
         echo "| drain CPU, cores busy (of $NCPU): pg_recvlogical | machine $(c2 drain recv_machine_cores): PostgreSQL $(c2 drain recv_postgres_cores), pg_recvlogical $(c2 drain recv_client_cores), other $(other drain recv_machine_cores recv_postgres_cores recv_client_cores) | |"
         echo "| drain CPU: outbox-relay | machine $(c2 drain relay_machine_cores): PostgreSQL $(c2 drain relay_postgres_cores) (walsender $(c2 drain relay_walsender_cores)), relayer $(c2 drain relay_relay_cores), broker $(c2 drain relay_broker_cores), consumer $(c2 drain relay_consumer_cores), other $(other drain relay_machine_cores relay_postgres_cores relay_relay_cores relay_broker_cores relay_consumer_cores) | |"
         echo "| drain CPU: polling relayer | machine $(c2 drain poll_machine_cores): PostgreSQL $(c2 drain poll_postgres_cores), poller $(c2 drain poll_poller_cores), broker $(c2 drain poll_broker_cores), consumer $(c2 drain poll_consumer_cores), other $(other drain poll_machine_cores poll_postgres_cores poll_poller_cores poll_broker_cores poll_consumer_cores) | |"
-        echo "| drain speed: outbox-relay ÷ decode limit (of the medians; median of the $REPS per-repetition ratios) | **$(fmt %.2f "$(calc "$d_recv / $d_relay")")×** ($(fmt %.2f "$(med drain ratio_decode)")×, range $(awk -F'\t' '$2 == "ratio_decode" { v = $3 + 0; if (n++ == 0 || v < lo) lo = v; if (n == 1 || v > hi) hi = v } END { printf "%.2f–%.2f", lo, hi }' "$RESULTS")) | ≥ 0.9× |"
+        echo "| drain speed: outbox-relay ÷ decode limit (of the medians; median of the $REPS per-repetition ratios) | **$(fmt %.2f "$(calc "$d_recv / $d_relay")")×** ($(fmt %.2f "$(med drain ratio_decode)")×, range $(awk -F'\t' '$2 == "ratio_decode" { v = $3 + 0; if (n++ == 0 || v < lo) lo = v; if (n == 1 || v > hi) hi = v } END { printf "%.2f–%.2f", lo, hi }' "$RESULTS")); $(fmt %.2f "$(med drain relay_cpu_us_per_event)") µs CPU/event | ≥ 1.0×; ≤ 5 µs |"
         echo "| drain speed: outbox-relay ÷ polling relayer (same) | **$(fmt %.1f "$(calc "$d_poll / $d_relay")")×** ($(fmt %.1f "$(med drain ratio_poll)")×) | ≥ 30× |"
         local p_recv p_relay
         p_recv=$(med drain pgo_recvlogical_s)
         p_relay=$(med drain pgo_relay_s)
         echo "| drain, pgoutput: pg_recvlogical (its decode limit) | $(fmt %.2f "$p_recv") s = $(fmt %.0f "$(calc "$BACKLOG / $p_recv")") events/s; wal2json's ÷ pgoutput's time $(fmt %.2f "$(med drain ratio_decode_pgo_w2j)")× | |"
         echo "| drain, pgoutput: outbox-relay --plugin pgoutput, until consumed | $(fmt %.2f "$p_relay") s = $(fmt %.0f "$(calc "$BACKLOG / $p_relay")") events/s; $(fmt %.2f "$(med drain pgo_relay_cpu_us_per_event)") µs CPU/event, peak RSS $(fmt %.1f "$(med drain pgo_relay_hwm_mib)") MiB | |"
-        echo "| drain speed, pgoutput: outbox-relay ÷ its decode limit (of the medians; median of per-repetition ratios) | **$(fmt %.2f "$(calc "$p_recv / $p_relay")")×** ($(fmt %.2f "$(med drain ratio_decode_pgo)")×) | ≥ 0.9× |"
+        echo "| drain speed, pgoutput: outbox-relay ÷ its decode limit (of the medians; median of per-repetition ratios) | **$(fmt %.2f "$(calc "$p_recv / $p_relay")")×** ($(fmt %.2f "$(med drain ratio_decode_pgo)")×); $(fmt %.2f "$(med drain pgo_relay_cpu_us_per_event)") µs CPU/event | ≥ 1.0×; ≤ 5 µs |"
         echo "| walsender CPU per event while outbox-relay drains: wal2json / pgoutput | $(fmt %.2f "$(med drain relay_walsender_us_per_event)") / $(fmt %.2f "$(med drain pgo_relay_walsender_us_per_event)") µs | |"
+        local sp sr pl pn
+        echo "| small-event backlog: the same transactions, $BACKLOG events, $(med small payload_bytes)-byte payloads, $(fmt %.1f "$(med small wal_mb)") MB of WAL | medians of $REPS | |"
+        for pl in w2j pgo; do
+            sp=$(med small "${pl}_recvlogical_s")
+            sr=$(med small "${pl}_relay_s")
+            [ -n "$sp" ] && [ -n "$sr" ] || continue
+            pn=wal2json
+            [ $pl = pgo ] && pn=pgoutput
+            echo "| drain, small events, $pn: pg_recvlogical (decode limit) / outbox-relay until consumed | $(fmt %.0f "$(calc "$BACKLOG / $sp")") / $(fmt %.0f "$(calc "$BACKLOG / $sr")") events/s; walsender $(fmt %.2f "$(med small "${pl}_relay_walsender_us_per_event")") µs CPU/event; cores: relayer $(c2 small "${pl}_relay_relay_cores"), walsender $(c2 small "${pl}_relay_walsender_cores"), broker $(c2 small "${pl}_relay_broker_cores"), consumer $(c2 small "${pl}_relay_consumer_cores") | |"
+            echo "| drain speed, small events, $pn: outbox-relay ÷ decode limit (of the medians; median of per-repetition ratios); relayer CPU per event | **$(fmt %.2f "$(calc "$sp / $sr")")×** ($(fmt %.2f "$(med small "${pl}_ratio_decode")")×); **$(fmt %.2f "$(med small "${pl}_relay_cpu_us_per_event")") µs** | ≥ 1.0×; ≤ 5 µs |"
+        done
     fi
     if has_phase steady; then
         local s label

@@ -57,7 +57,9 @@ ON CONFLICT DO NOTHING;
 -- interleaved; each transaction also inserts its business row. One COMMIT
 -- per transaction (a procedure may commit), so the WAL holds exactly these
 -- transactions. Deterministic: the same n_events gives the same rows.
-CREATE OR REPLACE PROCEDURE bench_backlog(n_events INT)
+-- small: payloads of a few bytes ({"order": …, "n": …}) in place of the
+-- ready-made ~370-byte documents, the same transactions otherwise.
+CREATE OR REPLACE PROCEDURE bench_backlog(n_events INT, small BOOLEAN DEFAULT false)
 LANGUAGE plpgsql AS $$
 DECLARE
     single_done INT := 0;
@@ -78,7 +80,8 @@ BEGIN
         VALUES (100000 + (single_done + multi_done) % 50000, 42.50, 'created')
         RETURNING id INTO oid;
         INSERT INTO events_outbox (aggregate_id, type, payload)
-        SELECT md5(oid::text)::uuid, e.type, e.payload
+        SELECT md5(oid::text)::uuid, e.type,
+               CASE WHEN small THEN jsonb_build_object('order', oid, 'n', g) ELSE e.payload END
         FROM generate_series(1, k) AS g JOIN bench_events AS e ON e.k = (oid * 31 + g) % 1000;
         IF k = 1 THEN
             single_done := single_done + 1;
