@@ -23,17 +23,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "outbox_relay/clock.h"
 #include "outbox_relay/progress.h"
 #include "metrics_internal.h"
 
 
 static double wall_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+    return (double) wall_now_us() / 1e6;
 }
 
 struct metrics *metrics_new(const char *slot)

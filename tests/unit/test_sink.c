@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "outbox_relay/clock.h"
 #include "outbox_relay/outbox_event.h"
 #include "outbox_relay/sink.h"
 
@@ -23,13 +24,6 @@ struct seen {
     int64_t served_unix_us;
 };
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
 {
     struct seen *s = ctx;
@@ -38,7 +32,7 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     s->token_sum += token;
     s->err = rep->err;
     s->acked_unix_us = rep->acked_unix_us;
-    s->served_unix_us = now_us();
+    s->served_unix_us = wall_now_us();
 }
 
 static bool readable(int fd, int timeout_ms)
@@ -101,7 +95,7 @@ int main(void)
     /* Eager (the default): the report wakes the fd; it carries the token
      * and an ack time between the produce and the serving. */
     struct outbox_event ev = event("1");
-    int64_t t0 = now_us();
+    int64_t t0 = wall_now_us();
     CHECK_EQ_INT(sink_produce(sk, &ev, 41), SINK_OK);
     CHECK_EQ_INT(sink_inflight(sk), 1);
     serve_until(sk, &s, 1, 10000);
@@ -117,7 +111,7 @@ int main(void)
     sink_set_lazy(sk, true);
     sink_poll(sk, 0); /* a wake-up of before (a log line, say) */
     ev = event("2");
-    t0 = now_us();
+    t0 = wall_now_us();
     CHECK_EQ_INT(sink_produce(sk, &ev, 42), SINK_OK);
     sleep_ms(1000);
     CHECK(!readable(sink_fd(sk), 0));
