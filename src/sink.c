@@ -119,13 +119,19 @@ static void header_str(rd_kafka_headers_t *hdrs, const char *name, char *dst, si
     }
 }
 
-/* A record for the next message; NULL when out of memory. */
-static struct sink_msg *msg_get(struct sink *sk)
+/* A record for the next message, carrying token; NULL when out of memory,
+ * with the error in sk->errstr naming the message (key=value: its event_id
+ * or its topic). */
+static struct sink_msg *msg_take(struct sink *sk, uint64_t token, const char *key,
+                                 const char *value)
 {
     if (sk->free_msgs == NULL) {
         struct sink_msg_chunk *c = malloc(sizeof *c);
-        if (c == NULL)
+        if (c == NULL) {
+            snprintf(sk->errstr, sizeof sk->errstr, "%s=%s: out of memory", key, value);
+            sk->err_class = KAFKA_ERR_FATAL;
             return NULL;
+        }
         c->next = sk->chunks;
         sk->chunks = c;
         for (size_t i = 0; i < SINK_MSG_CHUNK; i++) {
@@ -135,6 +141,7 @@ static struct sink_msg *msg_get(struct sink *sk)
     }
     struct sink_msg *msg = sk->free_msgs;
     sk->free_msgs = msg->next_free;
+    msg->token = token;
     atomic_store_explicit(&msg->acked_us, 0, memory_order_relaxed);
     return msg;
 }
@@ -506,13 +513,9 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
 
     /* The headers: event_id, event_type, created_at when known, then the
      * configured ones (event_headers.h). */
-    struct sink_msg *msg = msg_get(sk);
-    if (msg == NULL) {
-        snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s: out of memory", ev->event_id);
-        sk->err_class = KAFKA_ERR_FATAL;
+    struct sink_msg *msg = msg_take(sk, token, "event_id", ev->event_id);
+    if (msg == NULL)
         return SINK_FATAL;
-    }
-    msg->token = token;
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(eh.n);
     for (size_t i = 0; i < eh.n; i++)
         rd_kafka_header_add(hdrs, eh.h[i].name, -1, eh.h[i].value, (ssize_t) eh.h[i].len);
@@ -547,13 +550,9 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
         sk->err_class = KAFKA_ERR_FATAL;
         return SINK_FATAL;
     }
-    struct sink_msg *msg = msg_get(sk);
-    if (msg == NULL) {
-        snprintf(sk->errstr, sizeof sk->errstr, "topic=%s: out of memory", topic);
-        sk->err_class = KAFKA_ERR_FATAL;
+    struct sink_msg *msg = msg_take(sk, token, "topic", topic);
+    if (msg == NULL)
         return SINK_FATAL;
-    }
-    msg->token = token;
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(nheaders);
     for (size_t i = 0; i < nheaders; i++)
         rd_kafka_header_add(hdrs, headers[2 * i], -1, headers[2 * i + 1], -1);
