@@ -323,6 +323,19 @@ pg_start() {
 DSN="host=127.0.0.1 port=$PG_PORT dbname=postgres user=postgres"
 psql_q() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" "$@"; }
 current_lsn() { lsn_int "$(psql_q -c 'SELECT pg_current_wal_lsn()')"; }
+# end_of_backlog: the LSN to stop pg_recvlogical at, just past a backlog,
+# followed by a transaction that both plugins send something for (a
+# transactional message under a prefix the relayer ignores: pgoutput sends
+# it, wal2json sends the transaction's B line). Without it pgoutput, which
+# skips transactions that publish nothing (PostgreSQL 15), sends nothing
+# past the backlog until the walsender has caught up with the end of the
+# WAL, and pg_recvlogical's time would include decoding whatever later runs
+# wrote (the polling relayer's UPDATEs and VACUUM FULL): it grew by about
+# 0.45 s per repetition.
+end_of_backlog() {
+    psql_q -c 'SELECT pg_current_wal_lsn()'
+    psql_q -c "SELECT pg_logical_emit_message(true, 'bench-end', '')" >/dev/null
+}
 next_id() { psql_q -c "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM events_outbox_id_seq"; }
 create_slot() { psql_q -c "SELECT pg_create_logical_replication_slot('$1', '${2:-wal2json}')" >/dev/null; }
 # copy_slot FROM TO PLUGIN: a new slot at FROM's position, decoding with
@@ -517,7 +530,7 @@ phase_drain() {
     # generation faster; the WAL (and so the backlog) is the same.
     psql_q -c "SET synchronous_commit = off" -c "CALL bench_backlog($BACKLOG)"
     psql_q -c "VACUUM ANALYZE events_outbox" -c "VACUUM ANALYZE bench_orders" -c "CHECKPOINT"
-    end_lsn=$(psql_q -c 'SELECT pg_current_wal_lsn()')
+    end_lsn=$(end_of_backlog)
     n=$(psql_q -c "SELECT count(*) FROM events_outbox WHERE id >= $min_id")
     [ "$n" = "$BACKLOG" ] || die "backlog has $n events, expected $BACKLOG"
     rec drain wal_mb "$(calc "($(lsn_int "$end_lsn") - $lsn0) / 1048576")"
@@ -547,7 +560,7 @@ phase_drain() {
         rec drain recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
 
         # 2. outbox-relay, until the consumer has every event
-        drain_relay wal2json relay "$r" "$min_id"
+        drain_relay wal2json relay "$r" "$min_id" "$end_lsn"
 
         # 3. the polling relayer, same clock; the table reset to "nothing
         #    dispatched" and rewritten so every run starts alike
@@ -588,22 +601,33 @@ phase_drain() {
     drop_slot bench_origin
 }
 
-# drain_relay PLUGIN KEY REP MIN_ID [PHASE ORIGIN COUNT]: outbox-relay
-# --plugin PLUGIN on a copy of ORIGIN (bench_origin) made with that plugin,
-# timed until the consumer has every one of COUNT ($BACKLOG) events; the
-# PHASE's (drain's) KEY_* rows (KEY_s, KEY_cpu_us_per_event, the cores of
-# each process, the walsender's CPU per event, peak RSS).
+# drain_relay PLUGIN KEY REP MIN_ID END_LSN [PHASE ORIGIN COUNT]:
+# outbox-relay --plugin PLUGIN on a copy of ORIGIN (bench_origin) made with
+# that plugin, timed until its slot is confirmed at END_LSN (every event
+# acknowledged by the broker, as pg_recvlogical's time is until it has
+# written everything to END_LSN) and until the consumer has every one of
+# COUNT ($BACKLOG) events; the PHASE's (drain's) KEY_* rows (KEY_s until
+# consumed, KEY_confirmed_s, KEY_cpu_us_per_event, the cores of each
+# process, the walsender's CPU per event, peak RSS).
 drain_relay() {
-    local plugin=$1 key=$2 r=$3 min_id=$4 phase=${5:-drain} origin=${6:-bench_origin}
-    local count=${7:-$BACKLOG} t0 last c0 ws b0
+    local plugin=$1 key=$2 r=$3 min_id=$4 end_lsn=$5 phase=${6:-drain} origin=${7:-bench_origin}
+    local count=${8:-$BACKLOG} t0 last c0 ws b0 waiter confirmed
     copy_slot "$origin" bench_relay "$plugin"
     broker_start
     consumer_start "$min_id" "$count" "$work/drain-$key.out" 300
+    # One session watching the slot (every 2 ms), started before the clock.
+    bg "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" \
+        -c "SELECT bench_wait_confirmed('bench_relay', '$end_lsn', 300)" >"$work/drain-confirmed.out" 2>&1
+    waiter=$BG_PID
     b0=$(proc_ticks "$BROKER_PID")
     cpu_begin
     t0=$(now_us)
     RELAY_PLUGIN=$plugin relay_start bench_relay "$work/drain-$key-$r.log"
     consumer_wait "$work/drain-$key.out" 300
+    wait_pid "$waiter" 300
+    confirmed=$(cat "$work/drain-confirmed.out")
+    [ "$WAIT_RC" = 0 ] && [ -n "$confirmed" ] ||
+        die "slot bench_relay not confirmed at $end_lsn: $confirmed $(tail -3 "$work/drain-$key-$r.log")"
     cpu_end "$phase" "$key"
     last=$(kv "$work/drain-$key.out" last_unix_us)
     c0=$(proc_ticks "$RELAY_PID")
@@ -618,6 +642,7 @@ drain_relay() {
     broker_stop
     drop_slot bench_relay
     rec "$phase" "${key}_s" "$(calc "($last - $t0) / 1e6")"
+    rec "$phase" "${key}_confirmed_s" "$(calc "($confirmed - $t0) / 1e6")"
     rec "$phase" "${key}_cpu_us_per_event" "$(calc "$c0 * 1e6 / $TICK / $count")"
 }
 
@@ -634,7 +659,7 @@ drain_small() {
     min_id=$(next_id)
     psql_q -c "SET synchronous_commit = off" -c "CALL bench_backlog($BACKLOG, true)"
     psql_q -c "CHECKPOINT"
-    end_lsn=$(psql_q -c 'SELECT pg_current_wal_lsn()')
+    end_lsn=$(end_of_backlog)
     n=$(psql_q -c "SELECT count(*) FROM events_outbox WHERE id >= $min_id")
     [ "$n" = "$BACKLOG" ] || die "small backlog has $n events, expected $BACKLOG"
     rec small wal_mb "$(calc "($(lsn_int "$end_lsn") - $lsn0) / 1048576")"
@@ -652,7 +677,7 @@ drain_small() {
             cpu_end small "${p}_recv"
             drop_slot bench_recv
             rec small "${p}_recvlogical_s" "$(calc "($t1 - $t0) / 1e6")"
-            drain_relay "$plugin" "${p}_relay" "$r" "$min_id" small bench_small "$BACKLOG"
+            drain_relay "$plugin" "${p}_relay" "$r" "$min_id" "$end_lsn" small bench_small "$BACKLOG"
             rs=$(awk -F'\t' -v k="${p}_recvlogical_s" '$1 == "small" && $2 == k { v = $3 } END { print v }' "$RESULTS")
             rr=$(awk -F'\t' -v k="${p}_relay_s" '$1 == "small" && $2 == k { v = $3 } END { print v }' "$RESULTS")
             rec small "${p}_ratio_decode" "$(calc "$rs / $rr")"
@@ -677,7 +702,7 @@ drain_pgoutput() {
     drop_slot bench_recv
     rec drain pgo_recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
 
-    drain_relay pgoutput pgo_relay "$r" "$min_id"
+    drain_relay pgoutput pgo_relay "$r" "$min_id" "$end_lsn"
     local ps pr ws_
     ps=$(awk -F'\t' '$2 == "pgo_recvlogical_s" { v = $3 } END { print v }' "$RESULTS")
     pr=$(awk -F'\t' '$2 == "pgo_relay_s" { v = $3 } END { print v }' "$RESULTS")
@@ -840,7 +865,7 @@ phase_huge() {
                SELECT md5(g::text)::uuid, e.type, e.payload
                FROM generate_series(1, $HUGE_ROWS) AS g JOIN bench_events AS e ON e.k = g % 1000"
     t1=$(now_us)
-    end_lsn=$(psql_q -c 'SELECT pg_current_wal_lsn()')
+    end_lsn=$(end_of_backlog)
     rec huge insert_s "$(calc "($t1 - $t0) / 1e6")"
 
     broker_start
@@ -1140,7 +1165,7 @@ table() {
         d_poll=$(med drain poll_s)
         echo "| backlog: $(med drain transactions) transactions, $BACKLOG events, $(med drain payload_bytes)-byte payloads, $(fmt %.1f "$(med drain wal_mb)") MB of WAL, $(med drain w2j_lines) wal2json lines ($(fmt %.1f "$(med drain w2j_mb)") MB) | medians of $REPS | |"
         echo "| drain: pg_recvlogical (decode limit) | $(fmt %.2f "$d_recv") s = $(fmt %.0f "$(calc "$BACKLOG / $d_recv")") events/s | |"
-        echo "| drain: outbox-relay, until consumed | $(fmt %.2f "$d_relay") s = $(fmt %.0f "$(calc "$BACKLOG / $d_relay")") events/s; $(fmt %.2f "$(med drain relay_cpu_us_per_event)") µs CPU/event, peak RSS $(fmt %.1f "$(med drain relay_hwm_mib)") MiB | |"
+        echo "| drain: outbox-relay, until consumed | $(fmt %.2f "$d_relay") s = $(fmt %.0f "$(calc "$BACKLOG / $d_relay")") events/s (slot confirmed at the end after $(fmt %.2f "$(med drain relay_confirmed_s)") s); $(fmt %.2f "$(med drain relay_cpu_us_per_event)") µs CPU/event, peak RSS $(fmt %.1f "$(med drain relay_hwm_mib)") MiB | |"
         echo "| drain: polling relayer, until consumed | $(fmt %.2f "$d_poll") s = $(fmt %.0f "$(calc "$BACKLOG / $d_poll")") events/s | |"
         echo "| drain CPU, cores busy (of $NCPU): pg_recvlogical | machine $(c2 drain recv_machine_cores): PostgreSQL $(c2 drain recv_postgres_cores), pg_recvlogical $(c2 drain recv_client_cores), other $(other drain recv_machine_cores recv_postgres_cores recv_client_cores) | |"
         echo "| drain CPU: outbox-relay | machine $(c2 drain relay_machine_cores): PostgreSQL $(c2 drain relay_postgres_cores) (walsender $(c2 drain relay_walsender_cores)), relayer $(c2 drain relay_relay_cores), broker $(c2 drain relay_broker_cores), consumer $(c2 drain relay_consumer_cores), other $(other drain relay_machine_cores relay_postgres_cores relay_relay_cores relay_broker_cores relay_consumer_cores) | |"
@@ -1151,7 +1176,7 @@ table() {
         p_recv=$(med drain pgo_recvlogical_s)
         p_relay=$(med drain pgo_relay_s)
         echo "| drain, pgoutput: pg_recvlogical (its decode limit) | $(fmt %.2f "$p_recv") s = $(fmt %.0f "$(calc "$BACKLOG / $p_recv")") events/s; wal2json's ÷ pgoutput's time $(fmt %.2f "$(med drain ratio_decode_pgo_w2j)")× | |"
-        echo "| drain, pgoutput: outbox-relay --plugin pgoutput, until consumed | $(fmt %.2f "$p_relay") s = $(fmt %.0f "$(calc "$BACKLOG / $p_relay")") events/s; $(fmt %.2f "$(med drain pgo_relay_cpu_us_per_event)") µs CPU/event, peak RSS $(fmt %.1f "$(med drain pgo_relay_hwm_mib)") MiB | |"
+        echo "| drain, pgoutput: outbox-relay --plugin pgoutput, until consumed | $(fmt %.2f "$p_relay") s = $(fmt %.0f "$(calc "$BACKLOG / $p_relay")") events/s (slot confirmed after $(fmt %.2f "$(med drain pgo_relay_confirmed_s)") s); $(fmt %.2f "$(med drain pgo_relay_cpu_us_per_event)") µs CPU/event, peak RSS $(fmt %.1f "$(med drain pgo_relay_hwm_mib)") MiB | |"
         echo "| drain speed, pgoutput: outbox-relay ÷ its decode limit (of the medians; median of per-repetition ratios) | **$(fmt %.2f "$(calc "$p_recv / $p_relay")")×** ($(fmt %.2f "$(med drain ratio_decode_pgo)")×); $(fmt %.2f "$(med drain pgo_relay_cpu_us_per_event)") µs CPU/event | ≥ 1.0×; ≤ 5 µs |"
         echo "| walsender CPU per event while outbox-relay drains: wal2json / pgoutput | $(fmt %.2f "$(med drain relay_walsender_us_per_event)") / $(fmt %.2f "$(med drain pgo_relay_walsender_us_per_event)") µs | |"
         local sp sr pl pn
@@ -1162,7 +1187,7 @@ table() {
             [ -n "$sp" ] && [ -n "$sr" ] || continue
             pn=wal2json
             [ $pl = pgo ] && pn=pgoutput
-            echo "| drain, small events, $pn: pg_recvlogical (decode limit) / outbox-relay until consumed | $(fmt %.0f "$(calc "$BACKLOG / $sp")") / $(fmt %.0f "$(calc "$BACKLOG / $sr")") events/s; walsender $(fmt %.2f "$(med small "${pl}_relay_walsender_us_per_event")") µs CPU/event; cores: relayer $(c2 small "${pl}_relay_relay_cores"), walsender $(c2 small "${pl}_relay_walsender_cores"), broker $(c2 small "${pl}_relay_broker_cores"), consumer $(c2 small "${pl}_relay_consumer_cores") | |"
+            echo "| drain, small events, $pn: pg_recvlogical (decode limit) / outbox-relay until consumed | $(fmt %.0f "$(calc "$BACKLOG / $sp")") / $(fmt %.0f "$(calc "$BACKLOG / $sr")") events/s (slot confirmed after $(fmt %.2f "$(med small "${pl}_relay_confirmed_s")") s); walsender $(fmt %.2f "$(med small "${pl}_relay_walsender_us_per_event")") µs CPU/event; cores: relayer $(c2 small "${pl}_relay_relay_cores"), walsender $(c2 small "${pl}_relay_walsender_cores"), broker $(c2 small "${pl}_relay_broker_cores"), consumer $(c2 small "${pl}_relay_consumer_cores") | |"
             echo "| drain speed, small events, $pn: outbox-relay ÷ decode limit (of the medians; median of per-repetition ratios); relayer CPU per event | **$(fmt %.2f "$(calc "$sp / $sr")")×** ($(fmt %.2f "$(med small "${pl}_ratio_decode")")×); **$(fmt %.2f "$(med small "${pl}_relay_cpu_us_per_event")") µs** | ≥ 1.0×; ≤ 5 µs |"
         done
     fi
