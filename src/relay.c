@@ -46,7 +46,7 @@
 #define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
 #define READ_BATCH 256      /* frames between delivery-report polls */
-#define MID_TX_NAP_NS 100000 /* a nap inside a transaction: see mid_tx_nap() */
+#define MID_TX_NAP_NS 100000 /* a nap inside a transaction: see mid_tx_refill() */
 #define LAZY_REPORTS_MS 10  /* the longest a delivery report waits to be served
                                while the loop is reading: see session() */
 #define REWIND_MIN 0.2      /* s before the first re-production after a rewind */
@@ -311,18 +311,24 @@ static void publish_gauges(struct relay *r, bool streaming)
 /* The walsender sends a transaction as one frame per change, each flushed
  * on its own, all within tens of microseconds once it decodes the commit.
  * Waking on each of them cost a context switch per event at steady rates.
- * So when the socket runs dry inside a transaction, the loop naps 100 µs
- * and takes in whatever came meanwhile: the rest of the transaction, read
- * in one go. Naps go on only while they bring whole frames; the first one
- * that brings none hands over to poll(), which wakes on the next byte.
- * Returns 1 when there may be frames to read, 0 to poll, or a negative
- * enum stream_rc. */
-static int mid_tx_nap(struct relay *r)
+ * So when the frames run out inside a transaction, the loop first takes in
+ * what the socket already holds: libpq's buffer (16 KiB or so) runs out
+ * every few dozen frames while a backlog drains, and napping then, with
+ * the socket full, cost 100 µs each time and a third of the drain speed
+ * (docs/benchmarks.md). Only when that brings no whole frame does it nap
+ * 100 µs and take in whatever came meanwhile: the rest of the
+ * transaction, read in one go; the next time the frames run out without
+ * one read in between, it hands over to poll(), which wakes on the next
+ * byte. *tries counts the steps since the last frame read. Returns 1 when
+ * there may be frames to read, 0 to poll, or a negative enum stream_rc. */
+static int mid_tx_refill(struct relay *r, int *tries)
 {
-    if (!tracker_in_tx(r->tracker) || *r->stop)
+    if (*tries >= 2 || !tracker_in_tx(r->tracker) || *r->stop)
         return 0;
-    struct timespec nap = {.tv_sec = 0, .tv_nsec = MID_TX_NAP_NS};
-    nanosleep(&nap, NULL);
+    if ((*tries)++ == 1) {
+        struct timespec nap = {.tv_sec = 0, .tv_nsec = MID_TX_NAP_NS};
+        nanosleep(&nap, NULL);
+    }
     int rc = stream_consume(r->stream);
     return rc < 0 ? rc : 1;
 }
@@ -347,20 +353,17 @@ static int session(struct relay *r)
         if (r->rewind && sink_inflight(r->sink) == 0)
             return SESSION_REWIND;
 
-        bool reading = relay_window_open(r), heard = false, napped = false;
-        for (int n = 0; reading && !r->fatal;) {
+        bool reading = relay_window_open(r), heard = false;
+        for (int n = 0, tries = 0; reading && !r->fatal;) {
             int rc = stream_read(r->stream, &msg);
-            if (rc == 0 && !napped) {
-                napped = true;
-                if ((rc = mid_tx_nap(r)) > 0)
-                    continue;
-            }
+            if (rc == 0 && (rc = mid_tx_refill(r, &tries)) > 0)
+                continue;
             if (rc == 0)
                 break;
             if (rc < 0)
                 return rc;
             heard = true;
-            napped = false;
+            tries = 0;
             handle_frame(r, &msg);
             if (++n % READ_BATCH == 0) {
                 relay_serve(r, 0);
