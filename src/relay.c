@@ -46,7 +46,9 @@
 #define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
 #define READ_BATCH 256      /* frames between delivery-report polls */
-#define MID_TX_NAP_NS 100000 /* a nap inside a transaction: see mid_tx_refill() */
+#define MID_TX_NAP_NS 100000 /* a nap inside a transaction: see refill() */
+#define DRAIN_LAG_US 50000   /* read this long after its commit, a transaction is backlog */
+#define DRAIN_NAP_NS 500000  /* a nap when the socket runs dry while draining: see refill() */
 #define LAZY_REPORTS_MS 10  /* the longest a delivery report waits to be served
                                while the loop is reading: see session() */
 #define REWIND_MIN 0.2      /* s before the first re-production after a rewind */
@@ -284,6 +286,11 @@ static void handle_frame(struct relay *r, const struct wire_msg *msg)
         if (msg->wal_start > r->stats.received_lsn)
             r->stats.received_lsn = msg->wal_start;
         rc = dispatch_frame(r->dispatch, msg->data, msg->data_len, msg->wal_start);
+        int64_t commit_us = dispatch_commit_us(r->dispatch);
+        if (commit_us != r->seen_commit_us) { /* a new transaction: how late is it read? */
+            r->seen_commit_us = commit_us;
+            r->draining = commit_us > 0 && wall_now_us() - commit_us >= DRAIN_LAG_US;
+        }
     }
     if (rc == DISPATCH_STATUS)
         r->force_status = true;
@@ -308,25 +315,32 @@ static void publish_gauges(struct relay *r, bool streaming)
         metrics_set_delivery_waiting(r->metrics, NULL); /* got through again */
 }
 
-/* The walsender sends a transaction as one frame per change, each flushed
- * on its own, all within tens of microseconds once it decodes the commit.
- * Waking on each of them cost a context switch per event at steady rates.
- * So when the frames run out inside a transaction, the loop first takes in
- * what the socket already holds: libpq's buffer (16 KiB or so) runs out
- * every few dozen frames while a backlog drains, and napping then, with
- * the socket full, cost 100 µs each time and a third of the drain speed
- * (docs/benchmarks.md). Only when that brings no whole frame does it nap
- * 100 µs and take in whatever came meanwhile: the rest of the
- * transaction, read in one go; the next time the frames run out without
- * one read in between, it hands over to poll(), which wakes on the next
- * byte. *tries counts the steps since the last frame read. Returns 1 when
- * there may be frames to read, 0 to poll, or a negative enum stream_rc. */
-static int mid_tx_refill(struct relay *r, int *tries)
+/* When the frames run out. The walsender sends a transaction as one frame
+ * per change, each flushed on its own, all within tens of microseconds
+ * once it decodes the commit; waking on each of them cost a context switch
+ * per event at steady rates. So inside a transaction the loop first takes
+ * in what the socket already holds: libpq's buffer (16 KiB or so) runs out
+ * every few dozen frames while a backlog drains, and napping then, with the
+ * socket full, cost a third of the drain speed (docs/benchmarks.md). Only
+ * when that brings no whole frame does it nap MID_TX_NAP_NS and take in
+ * whatever came meanwhile: the rest of the transaction, read in one go.
+ *
+ * While draining a backlog (the last transaction was read DRAIN_LAG_US or
+ * more after its commit, so a fraction of a millisecond more is nothing)
+ * the same goes between transactions, with a nap of DRAIN_NAP_NS: the
+ * walsender fills the socket meanwhile, and the events of the next read
+ * reach librdkafka together, in fewer and larger requests.
+ *
+ * The next time the frames run out without one read in between, the loop
+ * hands over to poll(), which wakes on the next byte. *tries counts the
+ * steps since the last frame read. Returns 1 when there may be frames to
+ * read, 0 to poll, or a negative enum stream_rc. */
+static int refill(struct relay *r, int *tries)
 {
-    if (*tries >= 2 || !tracker_in_tx(r->tracker) || *r->stop)
+    if (*tries >= 2 || *r->stop || (!r->draining && !tracker_in_tx(r->tracker)))
         return 0;
     if ((*tries)++ == 1) {
-        struct timespec nap = {.tv_sec = 0, .tv_nsec = MID_TX_NAP_NS};
+        struct timespec nap = {.tv_sec = 0, .tv_nsec = r->draining ? DRAIN_NAP_NS : MID_TX_NAP_NS};
         nanosleep(&nap, NULL);
     }
     int rc = stream_consume(r->stream);
@@ -338,6 +352,8 @@ static int session(struct relay *r)
 {
     struct wire_msg msg;
     liveness_init(&r->live, r->cfg->wal_receiver_timeout, mono_now());
+    r->seen_commit_us = 0;
+    r->draining = false;
     if (send_status(r, mono_now()) < 0)
         return STREAM_RETRY;
     for (;;) {
@@ -356,7 +372,7 @@ static int session(struct relay *r)
         bool reading = relay_window_open(r), heard = false;
         for (int n = 0, tries = 0; reading && !r->fatal;) {
             int rc = stream_read(r->stream, &msg);
-            if (rc == 0 && (rc = mid_tx_refill(r, &tries)) > 0)
+            if (rc == 0 && (rc = refill(r, &tries)) > 0)
                 continue;
             if (rc == 0)
                 break;

@@ -60,6 +60,8 @@ struct relay {
     double last_status; /* monotonic seconds */
     bool force_status;
     struct liveness live; /* --wal-receiver-timeout of the current session */
+    int64_t seen_commit_us; /* commit time (Unix µs) of the last transaction read */
+    bool draining; /* it was read DRAIN_LAG_US or more after its commit: a backlog */
     struct partition_map *partitions; /* membership of a partitioned outbox */
     struct deadletter_queue dlq; /* poison reports, oldest first */
     /* Rewind (see relay.c): asked for by a delivery error that is waited
