@@ -624,11 +624,11 @@ drain_relay() {
     t0=$(now_us)
     RELAY_PLUGIN=$plugin relay_start bench_relay "$work/drain-$key-$r.log"
     consumer_wait "$work/drain-$key.out" 300
+    cpu_end "$phase" "$key"
     wait_pid "$waiter" 300
     confirmed=$(cat "$work/drain-confirmed.out")
     [ "$WAIT_RC" = 0 ] && [ -n "$confirmed" ] ||
         die "slot bench_relay not confirmed at $end_lsn: $confirmed $(tail -3 "$work/drain-$key-$r.log")"
-    cpu_end "$phase" "$key"
     last=$(kv "$work/drain-$key.out" last_unix_us)
     c0=$(proc_ticks "$RELAY_PID")
     ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_relay'")
