@@ -102,7 +102,29 @@ void metrics_event_produced(struct metrics *m, const char *topic)
     pthread_mutex_unlock(&m->mu);
 }
 
-void metrics_event_delivered(struct metrics *m, const char *topic, double latency_s)
+static void hist_observe(struct latency_hist *h, double s)
+{
+    /* Unknown latency (< 0: no commit timestamp, or a database clock
+     * ahead of ours) is not observed at all: a 0 would pull the quantiles
+     * down. */
+    if (s < 0)
+        return;
+    size_t lo = 0, hi = NBUCKETS; /* the first bound >= s; NBUCKETS: +Inf */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (latency_bounds[mid] < s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < NBUCKETS)
+        h->buckets[lo]++;
+    h->count++;
+    h->sum += s;
+}
+
+void metrics_event_delivered(struct metrics *m, const char *topic, double latency_s,
+                             double ack_s)
 {
     if (m == NULL)
         return;
@@ -110,19 +132,15 @@ void metrics_event_delivered(struct metrics *m, const char *topic, double latenc
     struct topic_counts *t = topic_entry(m, topic);
     if (t != NULL)
         t->delivered++;
-    /* Unknown latency (< 0: no commit timestamp, or a database clock
-     * ahead of ours) is not observed at all: a 0 would pull the quantiles
-     * down. */
-    if (latency_s >= 0) {
-        for (size_t i = 0; i < NBUCKETS; i++)
-            if (latency_s <= latency_bounds[i]) {
-                m->buckets[i]++;
-                break;
-            }
-        m->latency_count++;
-        m->latency_sum += latency_s;
-    }
+    hist_observe(&m->delivery, latency_s);
+    hist_observe(&m->ack, ack_s);
     pthread_mutex_unlock(&m->mu);
+}
+
+const double *metrics_latency_bounds(size_t *n)
+{
+    *n = NBUCKETS;
+    return latency_bounds;
 }
 
 #define COUNTER_FN(fn, field)               \

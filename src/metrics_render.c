@@ -111,24 +111,35 @@ static void render_topics(struct buf *b, const struct metrics *m, bool delivered
     }
 }
 
-static void render_latency(struct buf *b, const struct metrics *m)
+static void render_hist(struct buf *b, const char *name, const char *help,
+                        const struct latency_hist *h)
 {
-    const char *name = "outbox_relay_delivery_latency_seconds";
-    header(b, name, "histogram",
-           "Time from the transaction's commit (wal2json timestamp) to the event's delivery "
-           "report.");
+    header(b, name, "histogram", help);
     uint64_t cum = 0;
     for (size_t i = 0; i < NBUCKETS; i++) {
-        cum += m->buckets[i];
+        cum += h->buckets[i];
         bprintf(b, "%s_bucket{le=\"%g\"}", name, latency_bounds[i]);
         value_u(b, cum);
     }
     bprintf(b, "%s_bucket{le=\"+Inf\"}", name);
-    value_u(b, m->latency_count);
+    value_u(b, h->count);
     bprintf(b, "%s_sum", name);
-    value_d(b, m->latency_sum);
+    value_d(b, h->sum);
     bprintf(b, "%s_count", name);
-    value_u(b, m->latency_count);
+    value_u(b, h->count);
+}
+
+static void render_latency(struct buf *b, const struct metrics *m)
+{
+    render_hist(b, "outbox_relay_delivery_latency_seconds",
+                "Time from the transaction's commit (its timestamp in the WAL) to the broker's "
+                "acknowledgement of the event.",
+                &m->delivery);
+    render_hist(b, "outbox_relay_kafka_ack_latency_seconds",
+                "Time from handing the event to the Kafka producer to the broker's "
+                "acknowledgement, retries included: the broker's share of the delivery "
+                "latency.",
+                &m->ack);
 }
 
 static void render_slot(struct buf *b, const struct metrics *m)

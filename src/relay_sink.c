@@ -128,7 +128,9 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
             int64_t stamp = tracker_token_stamp(r->tracker, token);
             int64_t acked = rep->acked_unix_us ? rep->acked_unix_us : wall_now_us();
             metrics_event_delivered(r->metrics, rep->topic,
-                                    stamp ? (double) (acked - stamp) / 1e6 : -1);
+                                    stamp ? (double) (acked - stamp) / 1e6 : -1,
+                                    rep->ack_latency_us >= 0 ? (double) rep->ack_latency_us / 1e6
+                                                             : -1);
         }
         if (is_backfill(token))
             tracker_ack(r->bf_tracker, token & ~BACKFILL_TOKEN);

@@ -42,8 +42,9 @@
 #include "outbox_relay/wake.h"
 
 /* One produced message's record, handed to librdkafka as its opaque: the
- * caller's token, and when librdkafka's thread saw the broker acknowledge
- * the message (on_ack; CLOCK_REALTIME µs, 0 until then). Records live in
+ * caller's token, when librdkafka's thread saw the broker acknowledge the
+ * message (on_ack; CLOCK_REALTIME µs, 0 until then) and how long after
+ * sink_produce that was (µs, -1 until then). Records live in
  * chunks owned by the sink, freed only after the producer is destroyed
  * (its threads may still acknowledge while it is), and are recycled through
  * a free list that only the caller's thread touches: it takes one in
@@ -53,6 +54,7 @@
 struct sink_msg {
     uint64_t token;
     _Atomic int64_t acked_us;
+    _Atomic int64_t ack_latency_us;
     struct sink_msg *next_free;
 };
 
@@ -143,6 +145,7 @@ static struct sink_msg *msg_take(struct sink *sk, uint64_t token, const char *ke
     sk->free_msgs = msg->next_free;
     msg->token = token;
     atomic_store_explicit(&msg->acked_us, 0, memory_order_relaxed);
+    atomic_store_explicit(&msg->ack_latency_us, -1, memory_order_relaxed);
     return msg;
 }
 
@@ -158,8 +161,12 @@ static void msg_put(struct sink *sk, struct sink_msg *msg)
 static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque)
 {
     struct sink_msg *msg = m->_private;
-    if (msg != NULL)
+    if (msg != NULL) {
         atomic_store_explicit(&msg->acked_us, wall_now_us(), memory_order_relaxed);
+        /* since rd_kafka_producev, on librdkafka's monotonic clock */
+        atomic_store_explicit(&msg->ack_latency_us, rd_kafka_message_latency(m),
+                              memory_order_relaxed);
+    }
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
@@ -175,6 +182,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     struct sink_msg *msg = m->_private;
     uint64_t token = msg->token;
     int64_t acked_us = atomic_load_explicit(&msg->acked_us, memory_order_relaxed);
+    int64_t ack_latency_us = atomic_load_explicit(&msg->ack_latency_us, memory_order_relaxed);
     msg_put(sk, msg);
     size_t bytes = m->len + m->key_len;
     sk->inflight--;
@@ -215,6 +223,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         .value = m->payload,
         .value_len = m->len,
         .acked_unix_us = acked_us,
+        .ack_latency_us = ack_latency_us,
     };
     sk->on_report(sk->ctx, token, &rep);
 }

@@ -26,8 +26,15 @@ void metrics_free(struct metrics *m);
 
 /* Relay thread. */
 void metrics_event_produced(struct metrics *m, const char *topic);
-/* latency_s: commit (wal2json timestamp) to delivery report; < 0 unknown. */
-void metrics_event_delivered(struct metrics *m, const char *topic, double latency_s);
+/* latency_s: commit (the transaction's timestamp in the WAL) to the
+ * broker's acknowledgement; ack_s: the event handed to the Kafka producer
+ * to that acknowledgement (the broker's share, retries included). Either
+ * < 0: unknown, not observed. */
+void metrics_event_delivered(struct metrics *m, const char *topic, double latency_s,
+                             double ack_s);
+/* The latency histograms' bucket upper bounds in seconds, ascending (+Inf
+ * implied): *n of them, static. For tools that bin other samples alike. */
+const double *metrics_latency_bounds(size_t *n);
 void metrics_delivery_error(struct metrics *m);
 void metrics_dead_lettered(struct metrics *m);
 void metrics_reconnected(struct metrics *m);

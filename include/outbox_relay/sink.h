@@ -59,6 +59,9 @@ struct sink_report {
     int64_t acked_unix_us;  /* when librdkafka's thread saw the broker's
                                answer (CLOCK_REALTIME µs), however late the
                                report is served; 0 when not known */
+    int64_t ack_latency_us; /* from handing the message to the producer
+                               (sink_produce) to that answer, retries
+                               included (µs); < 0 when not known */
 };
 
 typedef void (*sink_report_fn)(void *ctx, uint64_t token, const struct sink_report *rep);

@@ -458,6 +458,35 @@ def test_metrics_move_as_events_flow(pg, broker, kafka, relayer, relay_args):
     assert p.running()
 
 
+def test_kafka_ack_latency_is_the_brokers_share(pg, broker, kafka, relayer, relay_args):
+    """outbox_relay_kafka_ack_latency_seconds times the broker's round
+    trip, apart from the WAL side: with every broker response delayed by
+    300 ms, each event's produce-to-acknowledgement time is above 0.25 s
+    (and above 0.3 s on average), and commit-to-delivery contains it."""
+    p, port = start_with_metrics(relayer, relay_args)
+    insert(pg, 3)  # warm: metadata, producer id
+    s = wait_metric(port, lambda s: metric(s, "outbox_relay_kafka_ack_latency_seconds_count") == 3,
+                    30, "3 acknowledgements")
+    fast = metric(s, "outbox_relay_kafka_ack_latency_seconds_bucket", le="0.25")
+    assert fast == 3, "the warm-up events took over 0.25 s to be acknowledged"
+    broker.cmd("rtt -1 300")
+    try:
+        for _ in range(10):
+            insert(pg, 1)
+        s = wait_metric(port, lambda s: metric(s, "outbox_relay_kafka_ack_latency_seconds_count") == 13,
+                        60, "13 acknowledgements")
+    finally:
+        broker.cmd("rtt -1 0")
+    assert metric(s, "outbox_relay_kafka_ack_latency_seconds_bucket", le="0.25") == fast
+    assert metric(s, "outbox_relay_kafka_ack_latency_seconds_bucket", le="+Inf") == 13
+    ack_sum = metric(s, "outbox_relay_kafka_ack_latency_seconds_sum")
+    assert ack_sum > 10 * 0.3, ack_sum
+    assert metric(s, "outbox_relay_delivery_latency_seconds_count") == 13
+    assert metric(s, "outbox_relay_delivery_latency_seconds_bucket", le="0.25") == fast
+    assert metric(s, "outbox_relay_delivery_latency_seconds_sum") >= ack_sum
+    assert p.running()
+
+
 def test_readyz_standby_and_lag_threshold(pg, broker, relayer, relay_args):
     """A second relayer waiting for the slot is alive but not ready; a lag
     above --max-lag-bytes makes the active one not ready."""

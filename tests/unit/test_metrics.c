@@ -93,10 +93,10 @@ static void test_values_move(void)
     metrics_event_produced(m, "orders");
     metrics_event_produced(m, "orders");
     metrics_event_produced(m, "pay\"ments"); /* escaping, even if Kafka forbids it */
-    metrics_event_delivered(m, "orders", 0.0005);
-    metrics_event_delivered(m, "orders", 0.2);
-    metrics_event_delivered(m, "pay\"ments", -1); /* unknown latency */
-    metrics_event_delivered(m, "orders", 120);     /* beyond the last bucket */
+    metrics_event_delivered(m, "orders", 0.0005, 0.0002);
+    metrics_event_delivered(m, "orders", 0.2, 0.0011);
+    metrics_event_delivered(m, "pay\"ments", -1, 0.0025); /* unknown latency */
+    metrics_event_delivered(m, "orders", 120, -1);         /* beyond the last bucket */
     metrics_delivery_error(m);
     metrics_dead_lettered(m);
     metrics_reconnected(m);
@@ -121,6 +121,18 @@ static void test_values_move(void)
     CHECK(value_of(t, "outbox_relay_delivery_latency_seconds_bucket{le=\"+Inf\"}") == 3);
     CHECK(value_of(t, "outbox_relay_delivery_latency_seconds_count") == 3);
     CHECK(fabs(value_of(t, "outbox_relay_delivery_latency_seconds_sum") - 120.2005) < 1e-9);
+    /* A bound is inclusive; each bucket counts what is at or below it. */
+    CHECK(value_of(t, "outbox_relay_delivery_latency_seconds_bucket{le=\"0.00025\"}") == 0);
+    CHECK(value_of(t, "outbox_relay_delivery_latency_seconds_bucket{le=\"0.0005\"}") == 1);
+    CHECK(value_of(t, "outbox_relay_delivery_latency_seconds_bucket{le=\"0.1\"}") == 1);
+    /* The broker's share, its own histogram on the same bounds. */
+    CHECK(value_of(t, "outbox_relay_kafka_ack_latency_seconds_bucket{le=\"0.00025\"}") == 1);
+    CHECK(value_of(t, "outbox_relay_kafka_ack_latency_seconds_bucket{le=\"0.001\"}") == 1);
+    CHECK(value_of(t, "outbox_relay_kafka_ack_latency_seconds_bucket{le=\"0.0015\"}") == 2);
+    CHECK(value_of(t, "outbox_relay_kafka_ack_latency_seconds_bucket{le=\"0.0025\"}") == 3);
+    CHECK(value_of(t, "outbox_relay_kafka_ack_latency_seconds_bucket{le=\"+Inf\"}") == 3);
+    CHECK(value_of(t, "outbox_relay_kafka_ack_latency_seconds_count") == 3);
+    CHECK(fabs(value_of(t, "outbox_relay_kafka_ack_latency_seconds_sum") - 0.0038) < 1e-9);
     CHECK(value_of(t, "outbox_relay_delivery_errors_total") == 1);
     CHECK(value_of(t, "outbox_relay_events_dead_lettered_total") == 1);
     CHECK(value_of(t, "outbox_relay_reconnects_total") == 2);
@@ -298,7 +310,7 @@ static void *writer(void *p)
     snprintf(topic, sizeof topic, "w%d", a->id % 2);
     for (int i = 0; i < WRITES; i++) {
         metrics_event_produced(a->m, topic);
-        metrics_event_delivered(a->m, topic, (double) (i % 100) / 1000.0);
+        metrics_event_delivered(a->m, topic, (double) (i % 100) / 1000.0, 0.0001);
         metrics_set_inflight(a->m, (size_t) i, (size_t) i * 10);
         metrics_set_slot(a->m, i, i % 2 ? "reserved" : "extended", i);
         if (i % 1000 == 0)
@@ -338,11 +350,49 @@ static void test_concurrent(void)
     metrics_free(m);
 }
 
+/* Every bound, observed exactly and just above: at or below a bound
+ * counts in its bucket, just above it in the next (the bucket search),
+ * and the bounds ascend with the old 1-2.5-5 series among them. */
+static void test_bucket_bounds(void)
+{
+    size_t n = 0;
+    const double *b = metrics_latency_bounds(&n);
+    CHECK(n >= 15);
+    for (size_t i = 1; i < n; i++)
+        CHECK(b[i] > b[i - 1]);
+    const double old[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                          0.5,   1,      2.5,   5,    10,   30,    60};
+    for (size_t k = 0; k < sizeof old / sizeof old[0]; k++) {
+        bool found = false;
+        for (size_t i = 0; i < n; i++)
+            found = found || b[i] == old[k];
+        CHECK(found);
+    }
+    struct metrics *m = metrics_new("s");
+    for (size_t i = 0; i < n; i++) {
+        metrics_event_delivered(m, "t", b[i], b[i] * 1.0001);
+    }
+    char *t = render_valid(m);
+    for (size_t i = 0; i < n; i++) {
+        char series[128];
+        snprintf(series, sizeof series, "outbox_relay_delivery_latency_seconds_bucket{le=\"%g\"}",
+                 b[i]);
+        CHECK(value_of(t, series) == (double) (i + 1));
+        snprintf(series, sizeof series, "outbox_relay_kafka_ack_latency_seconds_bucket{le=\"%g\"}",
+                 b[i]);
+        CHECK(value_of(t, series) == (double) i);
+    }
+    CHECK(value_of(t, "outbox_relay_kafka_ack_latency_seconds_bucket{le=\"+Inf\"}") == (double) n);
+    free(t);
+    metrics_free(m);
+}
+
 int main(void)
 {
     test_validator_rejects();
     test_empty_registry();
     test_values_move();
+    test_bucket_bounds();
     test_progress_gauges();
     test_topic_cap();
     test_ready();

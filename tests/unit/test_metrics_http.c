@@ -84,14 +84,14 @@ static void test_http(void)
     CHECK(metrics_http_start(m, addr, 0, err, sizeof err) == NULL);
     CHECK(strstr(err, "cannot listen") != NULL);
 
-    metrics_event_delivered(m, "orders", 0.01);
+    metrics_event_delivered(m, "orders", 0.01, 0.001);
     CHECK_EQ_INT(http(port, "GET", "/metrics", &body), 200);
     struct expo e;
     CHECK_EQ_INT(expo_validate(&e, body ? body : ""), 0);
     expo_free(&e);
     CHECK(value_of(body, "outbox_relay_events_delivered_total{topic=\"orders\"}") == 1);
     free(body);
-    metrics_event_delivered(m, "orders", 0.01);
+    metrics_event_delivered(m, "orders", 0.01, 0.001);
     CHECK_EQ_INT(http(port, "GET", "/metrics", &body), 200);
     CHECK(value_of(body, "outbox_relay_events_delivered_total{topic=\"orders\"}") == 2);
     free(body);

@@ -21,6 +21,7 @@ struct seen {
     uint64_t token_sum; /* of every report's token */
     int err;
     int64_t acked_unix_us;
+    int64_t ack_latency_us;
     int64_t served_unix_us;
 };
 
@@ -32,6 +33,7 @@ static void on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     s->token_sum += token;
     s->err = rep->err;
     s->acked_unix_us = rep->acked_unix_us;
+    s->ack_latency_us = rep->ack_latency_us;
     s->served_unix_us = wall_now_us();
 }
 
@@ -104,6 +106,10 @@ int main(void)
     CHECK_EQ_INT(s.err, 0);
     CHECK(s.acked_unix_us >= t0);
     CHECK(s.acked_unix_us <= s.served_unix_us);
+    /* produce to answer: no longer than t0 to the answer (2 ms for the
+     * two clocks' reading) */
+    CHECK(s.ack_latency_us >= 0);
+    CHECK(s.ack_latency_us <= s.acked_unix_us - t0 + 2000);
     CHECK_EQ_INT(sink_inflight(sk), 0);
 
     /* Lazy: the broker answers, nothing wakes the fd, and the report,
@@ -126,6 +132,8 @@ int main(void)
     CHECK_EQ_INT(s.err, 0);
     CHECK(s.acked_unix_us >= t0);
     CHECK(s.acked_unix_us <= s.served_unix_us - 500000);
+    CHECK(s.ack_latency_us >= 0); /* the broker's answer, not the serving */
+    CHECK(s.ack_latency_us <= s.acked_unix_us - t0 + 2000);
     CHECK(!readable(sink_fd(sk), 0));
 
     /* Records are recycled: three chunks' worth of produces in flight at
