@@ -7,7 +7,8 @@
  * insert ("I") records now - the commit timestamp of its transaction (the
  * "B" line's timestamp, the stamp the relayer's latency histogram starts
  * from). On EOF or SIGTERM prints one line of key=value pairs: how many,
- * p50/p95/p99/max in ms. pg_recvlogical writes each message as it arrives
+ * p50/p95/p99/max in ms, and the same as the relayer's latency histogram
+ * would report them (its buckets, latency.h). pg_recvlogical writes each message as it arrives
  * (no buffering on a pipe), so the reading time is the arrival time within
  * a pipe hop.
  *
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "latency.h"
+#include "outbox_relay/metrics.h"
 #include "outbox_relay/w2j.h"
 
 int main(void)
@@ -47,6 +49,9 @@ int main(void)
             break;
     }
     bench_lat_print(&lat);
+    size_t nb = 0;
+    const double *bounds = metrics_latency_bounds(&nb);
+    bench_lat_print_binned(&lat, bounds, nb);
     printf("\n");
     free(line);
     bench_lat_free(&lat);
