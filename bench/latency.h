@@ -108,55 +108,38 @@ static inline void bench_lat_print(struct bench_lat *l)
            bench_pct_ms(l->v, l->n, 99), bench_pct_ms(l->v, l->n, 100));
 }
 
-/* The same sample as a latency histogram with these bucket bounds (the
- * relayer's, metrics_latency_bounds()) would report it: prints
- * " lat_h50_ms=… lat_h95_ms=… lat_h99_ms=…" (quantiles interpolated
- * linearly within a bucket, as Prometheus' histogram_quantile and
- * bench/run.sh's hist_quantile do) and " lat_mean_ms=…" (exact, as a
- * histogram's sum / count is). So a floor measured exactly compares with
- * the relayer's histogram on equal terms. */
-static inline void bench_lat_print_binned(const struct bench_lat *l, const double *bounds,
-                                          size_t nb)
+/* Prints the sample as a Prometheus histogram NAME with these bucket
+ * bounds (the relayer's, metrics_latency_bounds()): cumulative
+ * NAME_bucket{le="…"} lines, NAME_sum and NAME_count, one per line. So
+ * bench/run.sh reads a floor measured exactly with the same hist_quantile
+ * and hist_mean as the relayer's own histogram. Negative samples (a clock
+ * ahead) are left out, as the relayer leaves them out. */
+static inline void bench_lat_print_hist(const struct bench_lat *l, const char *name,
+                                        const double *bounds, size_t nb)
 {
-    size_t *cum = calloc(nb + 1, sizeof *cum), n = 0;
+    size_t *in = calloc(nb + 1, sizeof *in), n = 0; /* in[nb]: above the last */
     double sum = 0;
-    if (cum == NULL)
+    if (in == NULL)
         return;
     for (size_t i = 0; i < l->n; i++) {
         double s = (double) l->v[i] / 1e6;
         if (s < 0)
-            continue; /* the relayer does not observe these either */
-        n++;
+            continue;
         size_t b = 0;
         while (b < nb && bounds[b] < s)
             b++;
-        cum[b]++;
+        in[b]++;
+        n++;
         sum += s;
     }
-    for (size_t b = 1; b <= nb; b++)
-        cum[b] += cum[b - 1];
-    const double qs[] = {0.50, 0.95, 0.99};
-    const char *names[] = {"h50", "h95", "h99"};
-    for (size_t k = 0; k < 3; k++) {
-        double v = -1, rank = qs[k] * (double) n, prev_b = 0, prev_c = 0;
-        for (size_t b = 0; n > 0 && b <= nb; b++) {
-            if ((double) cum[b] >= rank) {
-                if (b == nb) {
-                    v = prev_b;
-                } else {
-                    double c = (double) cum[b];
-                    double f = c > prev_c ? (rank - prev_c) / (c - prev_c) : 1;
-                    v = prev_b + (bounds[b] - prev_b) * f;
-                }
-                break;
-            }
-            prev_b = b < nb ? bounds[b] : prev_b;
-            prev_c = (double) cum[b];
-        }
-        printf(" lat_%s_ms=%.2f", names[k], v < 0 ? -1 : v * 1000);
+    size_t cum = 0;
+    for (size_t b = 0; b < nb; b++) {
+        cum += in[b];
+        printf("%s_bucket{le=\"%g\"} %zu\n", name, bounds[b], cum);
     }
-    printf(" lat_mean_ms=%.3f", n > 0 ? sum * 1000 / (double) n : -1);
-    free(cum);
+    printf("%s_bucket{le=\"+Inf\"} %zu\n%s_sum %.9g\n%s_count %zu\n", name, n, name, sum, name,
+           n);
+    free(in);
 }
 
 static inline void bench_lat_free(struct bench_lat *l)

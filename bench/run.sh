@@ -476,15 +476,16 @@ metrics_tcp() {
 wait_delivered() {
     local i n
     for ((i = 0; i < $2 * 50; i++)); do
-        n=$(metrics_tcp | awk 'index($1, "outbox_relay_events_delivered_total{") == 1 { s += $2 } END { print s + 0 }')
+        n=$(metrics_tcp | series_sum outbox_relay_events_delivered_total)
         [ "$n" -ge "$1" ] && return 0
         sleep 0.02
     done
     die "the relayer delivered $n of $1 events in $2 s"
 }
-metric() { # the sum of a metric's series
-    metrics | awk -v n="$1" 'index($1, n) == 1 && (length($1) == length(n) || substr($1, length(n) + 1, 1) == "{") { s += $2 } END { print s + 0 }'
+series_sum() { # series_sum NAME <metrics: the sum of a metric's series
+    awk -v n="$1" 'index($1, n) == 1 && (length($1) == length(n) || substr($1, length(n) + 1, 1) == "{") { s += $2 } END { print s + 0 }'
 }
+metric() { metrics | series_sum "$1"; } # the same, scraped now
 
 # consumer_start MIN_ID COUNT OUT TIMEOUT [--latency]: pid in CONSUMER_PID,
 # returns once its partitions are assigned.
@@ -887,13 +888,17 @@ floor_run() {
     fi
     # the floor as the relayer's histogram would report it (its buckets),
     # and its exact mean: the "over the floor" figures compare like with like
-    rec "floor_$name" h50_ms "$(kv "$work/floor-$name.out" lat_h50_ms)"
-    rec "floor_$name" h99_ms "$(kv "$work/floor-$name.out" lat_h99_ms)"
-    rec "floor_$name" mean_ms "$(kv "$work/floor-$name.out" lat_mean_ms)"
+    local fh=floor_latency_seconds h50 h99 hmean
+    h50=$(hist_quantile 0.50 $fh <"$work/floor-$name.out")
+    h99=$(hist_quantile 0.99 $fh <"$work/floor-$name.out")
+    hmean=$(hist_mean $fh <"$work/floor-$name.out")
+    rec "floor_$name" h50_ms "$h50"
+    rec "floor_$name" h99_ms "$h99"
+    rec "floor_$name" mean_ms "$hmean"
     if [ -n "${LAST_STEADY_P50:-}" ]; then
-        rec "floor_$name" over_p50_ms "$(diff_of "$LAST_STEADY_P50" "$(kv "$work/floor-$name.out" lat_h50_ms)")"
-        rec "floor_$name" over_p99_ms "$(diff_of "$LAST_STEADY_P99" "$(kv "$work/floor-$name.out" lat_h99_ms)")"
-        rec "floor_$name" over_mean_ms "$(diff_of "$LAST_STEADY_MEAN" "$(kv "$work/floor-$name.out" lat_mean_ms)")"
+        rec "floor_$name" over_p50_ms "$(diff_of "$LAST_STEADY_P50" "$h50")"
+        rec "floor_$name" over_p99_ms "$(diff_of "$LAST_STEADY_P99" "$h99")"
+        rec "floor_$name" over_mean_ms "$(diff_of "$LAST_STEADY_MEAN" "$hmean")"
     fi
     log "floor $name: commit->client p50/p99 $(kv "$work/floor-$name.out" lat_p50_ms)/$(kv "$work/floor-$name.out" lat_p99_ms) ms"
 }

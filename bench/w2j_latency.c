@@ -7,8 +7,8 @@
  * insert ("I") records now - the commit timestamp of its transaction (the
  * "B" line's timestamp, the stamp the relayer's latency histogram starts
  * from). On EOF or SIGTERM prints one line of key=value pairs: how many,
- * p50/p95/p99/max in ms, and the same as the relayer's latency histogram
- * would report them (its buckets, latency.h). pg_recvlogical writes each message as it arrives
+ * p50/p95/p99/max in ms; then the sample as a histogram with the relayer's
+ * buckets (floor_latency_seconds, latency.h). pg_recvlogical writes each message as it arrives
  * (no buffering on a pipe), so the reading time is the arrival time within
  * a pipe hop.
  *
@@ -49,10 +49,10 @@ int main(void)
             break;
     }
     bench_lat_print(&lat);
+    printf("\n");
     size_t nb = 0;
     const double *bounds = metrics_latency_bounds(&nb);
-    bench_lat_print_binned(&lat, bounds, nb);
-    printf("\n");
+    bench_lat_print_hist(&lat, "floor_latency_seconds", bounds, nb);
     free(line);
     bench_lat_free(&lat);
     return 0;
