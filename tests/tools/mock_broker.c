@@ -45,6 +45,12 @@
  * and getsockname() on those listeners; without --advertise they pass
  * everything through unchanged.
  *
+ * MOCK_BROKER_DEBUG=mock (any librdkafka "debug" list) in the environment
+ * traces the mock cluster on stderr: every request, and the group
+ * coordinator's states ("changing state Joining -> Syncing"), which is
+ * how a slow rebalance in a test is read. The harness passes the
+ * environment through, so it reaches every test's broker log.
+ *
  * EOF on stdin, SIGTERM or SIGINT destroy the cluster and exit 0, so a test
  * harness that dies still takes its broker with it (the pipe closes).
  *
@@ -560,6 +566,20 @@ int main(int argc, char **argv)
     conf = rd_kafka_conf_new();
     /* Hide the notice that this host instance has no bootstrap.servers. */
     rd_kafka_conf_set(conf, "log_level", "4", errstr, sizeof(errstr));
+    /* MOCK_BROKER_DEBUG=mock (a librdkafka "debug" list): the mock
+     * cluster's own trace, group coordinator states included, on stderr. */
+    {
+        const char *dbg = getenv("MOCK_BROKER_DEBUG");
+        if (dbg != NULL && *dbg != '\0') {
+            rd_kafka_conf_set(conf, "log_level", "7", errstr, sizeof(errstr));
+            if (rd_kafka_conf_set(conf, "debug", dbg, errstr, sizeof(errstr)) !=
+                RD_KAFKA_CONF_OK) {
+                fprintf(stderr, "mock-broker: MOCK_BROKER_DEBUG=%s: %s\n", dbg, errstr);
+                rd_kafka_conf_destroy(conf);
+                return 2;
+            }
+        }
+    }
     /* rd_kafka_new takes ownership of conf on success only. */
     st.rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
     if (st.rk == NULL) {
