@@ -36,6 +36,7 @@
 
 #define TRANSIENT_RETRIES_ON_STOP 3
 #define COMMIT_RETRY 1.0       /* s between retries of a failed offset commit */
+#define COMMIT_UNANSWERED 30.0 /* s after which an unanswered commit is asked for again */
 
 /* The failure of one of our own statements: a lost connection or a
  * transient conflict is retried; anything else (processed_events missing,
@@ -353,21 +354,48 @@ void consume_commit_pending(struct consumer *c)
 }
 
 /* Commits the pending offsets asynchronously: consume_on_commit() removes
- * what the group coordinator confirmed; what it refused, or did not confirm
- * within COMMIT_RETRY, the main loop commits synchronously, and every next
- * batch asks again. */
+ * what the group coordinator confirmed; what it refused the main loop asks
+ * again for after COMMIT_RETRY (consume_commit_retry), and every next batch
+ * asks again. */
 static void commit_pending_async(struct consumer *c)
 {
-    c->commit_retry_at = mono_now() + COMMIT_RETRY;
+    c->commit_async_at = mono_now();
+    c->commit_retry_at = c->commit_async_at + COMMIT_RETRY;
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, c->pending, 1);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         log_warn("committing Kafka offsets failed: %s; retrying (the events are applied: "
                  "a redelivery is skipped as duplicate)", rd_kafka_err2str(err));
+        return;
+    }
+    c->commits_in_flight++;
+}
+
+/* Never synchronous: the group coordinator holds a member's connection
+ * while its JoinGroup waits for the rest of the group (a real broker and
+ * the mock cluster alike), so a synchronous commit there would stop the
+ * poll loop, and with it fetching and the batch timer, for the rest of the
+ * join (measured: 7.5 s with the default session.timeout.ms against the
+ * mock broker). One retry in flight at a time. */
+void consume_commit_retry(struct consumer *c)
+{
+    if (c->pending == NULL || c->pending->cnt == 0)
+        return;
+    double now = mono_now();
+    if (now < c->commit_retry_at)
+        return;
+    if (c->commits_in_flight > 0) {
+        if (now - c->commit_async_at < COMMIT_UNANSWERED)
+            return;
+        c->commits_in_flight = 0; /* librdkafka answers every commit; never wait forever */
+    }
+    commit_pending_async(c);
 }
 
 void consume_on_commit(struct consumer *c, rd_kafka_resp_err_t err,
                        const rd_kafka_topic_partition_list_t *offsets)
 {
+    if (!c->commit_sync && c->commits_in_flight > 0)
+        c->commits_in_flight--;
     if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
         return;
     for (int i = 0; offsets != NULL && i < offsets->cnt; i++) {

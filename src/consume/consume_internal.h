@@ -56,7 +56,9 @@ struct consumer {
     int last_kafka_err;
     double last_kafka_err_at;
     rd_kafka_topic_partition_list_t *pending; /* applied, offsets not committed yet */
-    double commit_retry_at; /* monotonic s: commit pending synchronously from then */
+    double commit_retry_at; /* monotonic s: ask again for the pending commit from then */
+    int commits_in_flight; /* asynchronous commits not answered yet */
+    double commit_async_at; /* monotonic s of the last asynchronous commit */
     bool commit_sync;      /* inside a synchronous rd_kafka_commit() */
     struct consumer_stats stats;
     char errstr[CONSUMER_ERRLEN];
@@ -147,6 +149,11 @@ void consume_batch_drop(struct consumer *c, size_t from);
  * batch outside a revoke or a stop the commit is asynchronous
  * (consume_on_commit). */
 void consume_commit_pending(struct consumer *c);
+
+/* From the main loop: when no asynchronous commit is in flight and
+ * COMMIT_RETRY has passed since the last one, commits c->pending again,
+ * asynchronously (never blocking the poll loop; see consume_batch.c). */
+void consume_commit_retry(struct consumer *c);
 
 /* The offset commit callback (asynchronous commits, and maybe synchronous
  * ones): drops from c->pending what the coordinator confirmed; a refusal is

@@ -293,8 +293,7 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
                  c->o.on_error == CONSUMER_ON_ERROR_HALT ? "halt" : "failed");
 
     while (!*stop && !c->halted && !c->fatal) {
-        if (c->pending != NULL && mono_now() >= c->commit_retry_at)
-            consume_commit_pending(c); /* not confirmed in time, or refused */
+        consume_commit_retry(c); /* refused, or not asked for yet */
         if (!c->pg_ready) {
             consume_pg_connect(c);
             if (c->fatal)

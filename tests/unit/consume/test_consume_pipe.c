@@ -3,7 +3,8 @@
  * asynchronous offset commit: the text[] literal of a batch's event ids
  * (quoting and escaping), and what an offset commit callback does to the
  * offsets still pending (confirmed ones dropped, a refusal schedules a
- * synchronous retry and drops nothing). No PostgreSQL, no broker.
+ * retry and drops nothing), and when the main loop's asynchronous retry
+ * goes ahead. No PostgreSQL, no broker.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -90,9 +91,57 @@ static void test_on_commit(void)
     free(c);
 }
 
+/* The main loop's retry is asynchronous and one at a time: an answer to an
+ * asynchronous commit (refusal or not) ends its flight, a synchronous
+ * commit's does not; no retry while one is in flight (unless unanswered for
+ * 30 s) or before the retry time. c->rk is NULL: a retry that went ahead
+ * would call rd_kafka_commit() on it and crash. */
+static void test_retry_gate(void)
+{
+    struct consumer *c = calloc(1, sizeof *c);
+    c->pending = parts(1, (int32_t[]){0}, (int64_t[]){10});
+    rd_kafka_topic_partition_list_t *no = parts(1, (int32_t[]){0}, (int64_t[]){10});
+
+    c->commits_in_flight = 2;
+    c->commit_sync = true;
+    consume_on_commit(c, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS, no);
+    CHECK_EQ_INT(c->commits_in_flight, 2);
+    c->commit_sync = false;
+    consume_on_commit(c, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS, no);
+    CHECK_EQ_INT(c->commits_in_flight, 1);
+    CHECK(c->commit_retry_at > 0);
+
+    /* One still in flight, sent just now: no second one. */
+    c->commit_retry_at = 0;
+    c->commit_async_at = mono_now();
+    consume_commit_retry(c);
+    CHECK_EQ_INT(c->commits_in_flight, 1);
+
+    /* Answered, but the retry time has not come. */
+    consume_on_commit(c, RD_KAFKA_RESP_ERR__NO_OFFSET, NULL);
+    CHECK_EQ_INT(c->commits_in_flight, 0);
+    c->commit_retry_at = mono_now() + 60;
+    consume_commit_retry(c);
+    CHECK_EQ_INT(c->commits_in_flight, 0);
+
+    /* Never below zero; this answer confirms the last pending offset. */
+    consume_on_commit(c, RD_KAFKA_RESP_ERR_NO_ERROR, no);
+    CHECK_EQ_INT(c->commits_in_flight, 0);
+    CHECK(c->pending == NULL);
+
+    /* Nothing pending: nothing to retry, whenever. */
+    c->commit_retry_at = 0;
+    c->commit_async_at = -1000;
+    consume_commit_retry(c);
+    CHECK_EQ_INT(c->commits_in_flight, 0);
+    rd_kafka_topic_partition_list_destroy(no);
+    free(c);
+}
+
 int main(void)
 {
     test_ids_literal();
     test_on_commit();
+    test_retry_gate();
     CHECK_DONE();
 }
