@@ -223,6 +223,22 @@ BASE_SETTINGS = {
     "max_connections": "40",
 }
 
+
+def _server_parameters(bin_dir):
+    """The names of the parameters this server binary knows (postgres
+    --describe-config), to configure only what exists on its minor."""
+    out = subprocess.run([bin_dir + "/postgres", "--describe-config"], capture_output=True,
+                         text=True, check=True).stdout
+    return {line.split("\t", 1)[0] for line in out.splitlines() if line}
+
+
+# What docs/operations.md tells a user to configure: since the November 2026
+# minors (15.19+, every major), a non-core output plugin must be named in
+# output_plugin_libraries. A test that proves the refusals removes it again
+# (settings={"output_plugin_libraries": None}).
+if "output_plugin_libraries" in _server_parameters(PG_BIN):
+    BASE_SETTINGS["output_plugin_libraries"] = "pgoutput, test_decoding, wal2json"
+
 _template_lock = threading.Lock()
 _template_dir = None
 
@@ -259,7 +275,7 @@ class PgCluster:
         self.name = name
         self.port = port or free_port()
         self.settings = dict(BASE_SETTINGS)
-        self.settings.update({k: str(v) for k, v in (settings or {}).items()})
+        self._update_settings(settings)
         self.password_auth = password_auth
         if password_auth:
             self.settings.setdefault("password_encryption", password_auth)
@@ -290,6 +306,15 @@ class PgCluster:
             self.load_sql_dir(os.path.join(REPO_ROOT, "sql"))
 
     # -- lifecycle ---------------------------------------------------------
+
+    def _update_settings(self, settings):
+        """Overrides server settings; a value of None removes the setting
+        (the server's own default then applies)."""
+        for k, v in (settings or {}).items():
+            if v is None:
+                self.settings.pop(k, None)
+            else:
+                self.settings[k] = str(v)
 
     def _write_hba(self):
         lines = ["local all all trust", "local replication all trust"]
@@ -360,8 +385,7 @@ class PgCluster:
     def restart(self, settings=None, timeout=60):
         """Stops (fast) and starts again, optionally with changed settings."""
         self.stop()
-        if settings:
-            self.settings.update({k: str(v) for k, v in settings.items()})
+        self._update_settings(settings)
         self.start(timeout=timeout)
 
     def running(self):

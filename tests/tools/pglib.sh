@@ -39,6 +39,11 @@ pgl_start() {
     local opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c wal_level=logical"
     opts+=" -c max_replication_slots=10 -c max_wal_senders=10 -c wal_sender_timeout=10s"
     opts+=" -c fsync=off -c full_page_writes=off"
+    # As docs/operations.md tells users: since the November 2026 minors a
+    # non-core output plugin (wal2json) must be named here.
+    if "$PGL_BIN/postgres" --describe-config 2>/dev/null | grep -q '^output_plugin_libraries'; then
+        opts+=" -c output_plugin_libraries='pgoutput,test_decoding,wal2json'"
+    fi
     while [ $# -gt 0 ]; do
         if [ "$1" = "-c" ] && [ $# -ge 2 ]; then
             opts+=" -c $2"

@@ -25,12 +25,27 @@ packages=(
     prometheus systemd man-db
 )
 
+# PostgreSQL at the newest minor the archive serves (bookworm-security):
+# the tests prove what users install today, never the image's older minor.
+upgrade=(postgresql-15 postgresql-client-15 libpq5 libpq-dev)
+
 if [ -z "${OUTBOX_SKIP_APT:-}" ]; then
     missing=()
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
             missing+=("$p")
     done
+    if [ -z "${OUTBOX_BUILD_ONLY:-}" ] && [ "$(id -u)" -eq 0 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q || echo "setup: apt-get update failed; the package lists stay as they were" >&2
+        for p in "${upgrade[@]}"; do
+            have=$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || true)
+            want=$(apt-cache policy "$p" | sed -n 's/^  Candidate: //p')
+            if [ -n "$want" ] && [ "$want" != "(none)" ] && [ "$have" != "$want" ]; then
+                missing+=("$p")
+            fi
+        done
+    fi
     if [ ${#missing[@]} -gt 0 ]; then
         if [ "$(id -u)" -ne 0 ]; then
             echo "setup: missing packages: ${missing[*]} (run as root to install them)" >&2
@@ -38,7 +53,7 @@ if [ -z "${OUTBOX_SKIP_APT:-}" ]; then
         fi
         echo "setup: installing ${missing[*]}" >&2
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q
+        [ -n "${OUTBOX_BUILD_ONLY:-}" ] && apt-get update -q
         apt-get install -y -q --no-install-recommends "${missing[@]}"
     fi
 fi
