@@ -140,7 +140,7 @@ static PGresult *run(struct backfill *b, ExecStatusType want, int *rc, const cha
     bool lost = PQstatus(b->conn) != CONNECTION_OK;
     char msg[512] = "connection lost";
     if (!lost)
-        pgconn_error(b->conn, msg, sizeof msg);
+        pgconn_failure(b->conn, res, msg, sizeof msg);
     *rc = lost ? BACKFILL_RETRY : BACKFILL_FATAL;
     fail(b, *rc, "slot=%s: backfill: %s failed: %s", b->slot, what, msg);
     PQclear(res);
@@ -431,7 +431,7 @@ static PGresult *data_exec(struct backfill *b, PGconn *conn, ExecStatusType want
     if (PQresultStatus(res) == want)
         return res;
     char msg[512];
-    pgconn_error(conn, msg, sizeof msg);
+    pgconn_failure(conn, res, msg, sizeof msg);
     *rc = PQstatus(conn) == CONNECTION_OK ? BACKFILL_FATAL : BACKFILL_RETRY;
     fail(b, *rc, "slot=%s: backfill: %s failed: %s", b->slot, what, msg);
     PQclear(res);

@@ -122,7 +122,7 @@ int layout_check(struct slot *s, struct w2j_columns_map *map)
     PGresult *res = slot_exec(s, sql);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         char msg[512];
-        pgconn_error(s->conn, msg, sizeof msg);
+        pgconn_failure(s->conn, res, msg, sizeof msg);
         snprintf(s->err, s->errlen, "slot=%s: reading the columns of %s failed: %s", s->name,
                  name, msg);
         PQclear(res);

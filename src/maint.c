@@ -138,7 +138,7 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
     if (res != NULL)
-        pgconn_error(mt->conn, msg, sizeof msg);
+        pgconn_failure(mt->conn, res, msg, sizeof msg);
     /* A poll that fails every 2 s (say, --dsn points at a standby) warns
      * once a minute, not every time. */
     double now = mono_now();

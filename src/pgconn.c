@@ -48,14 +48,38 @@ void pgconn_trim(char *buf, size_t cap, const char *msg)
             *p = ' ';
 }
 
+/* libpq keeps a failed command's message in two places: its result, and
+ * the connection's message, which later calls on the connection may have
+ * emptied (seen with START_REPLICATION refused by the server: the result
+ * held the ERROR and its HINT, PQerrorMessage was ""). The result comes
+ * first; an empty text is never passed on. */
+void pgconn_failure(const PGconn *conn, const PGresult *res, char *buf, size_t cap)
+{
+    const char *text = res != NULL ? PQresultErrorMessage(res) : "";
+    if ((text == NULL || *text == '\0') && conn != NULL)
+        text = PQerrorMessage(conn);
+    pgconn_trim(buf, cap, text);
+    if (*buf != '\0')
+        return;
+    if (res != NULL && PQresultStatus(res) != PGRES_FATAL_ERROR)
+        snprintf(buf, cap, "unexpected answer from the server (%s)",
+                 PQresStatus(PQresultStatus(res)));
+    else if (conn == NULL)
+        snprintf(buf, cap, "out of memory");
+    else if (PQstatus(conn) != CONNECTION_OK)
+        snprintf(buf, cap, "the connection to the server was lost (libpq gave no message)");
+    else
+        snprintf(buf, cap, "the command failed and libpq gave no message");
+}
+
 void pgconn_error(const PGconn *conn, char *buf, size_t cap)
 {
-    pgconn_trim(buf, cap, conn ? PQerrorMessage(conn) : "out of memory");
+    pgconn_failure(conn, NULL, buf, cap);
 }
 
 void pgconn_result_error(const PGresult *res, char *buf, size_t cap)
 {
-    pgconn_trim(buf, cap, res ? PQresultErrorMessage(res) : "out of memory");
+    pgconn_failure(NULL, res, buf, cap);
 }
 
 /* Takes a connection that did not come up: its reason into err, then frees

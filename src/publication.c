@@ -49,10 +49,7 @@ int publication_build_create(const char *name, const char *schema, const char *t
 /* The server's message for res (NULL: the connection's). */
 static void error_text(const struct slot *s, const PGresult *res, char *buf, size_t cap)
 {
-    if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR)
-        pgconn_result_error(res, buf, cap);
-    else
-        pgconn_error(s->conn, buf, cap);
+    pgconn_failure(s->conn, res, buf, cap);
 }
 
 static int conn_rc(const struct slot *s)
@@ -201,7 +198,7 @@ int publication_inspect(PGconn *conn, const char *name, const char *schema, cons
                                 3, p, timeout, msg, sizeof msg);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (res != NULL)
-            pgconn_error(conn, msg, sizeof msg);
+            pgconn_failure(conn, res, msg, sizeof msg);
         snprintf(why, cap, "looking up the outbox's kind failed: %s", msg);
         PQclear(res);
         return PUBLICATION_UNKNOWN;
@@ -216,7 +213,7 @@ int publication_inspect(PGconn *conn, const char *name, const char *schema, cons
     res = pgconn_exec(conn, sql, 0, NULL, timeout, msg, sizeof msg);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (res != NULL)
-            pgconn_error(conn, msg, sizeof msg);
+            pgconn_failure(conn, res, msg, sizeof msg);
         snprintf(why, cap, "checking publication %s failed: %s", name, msg);
         PQclear(res);
         return PUBLICATION_UNKNOWN;

@@ -48,7 +48,7 @@ static PGresult *query(struct slot *s, const char *sql, const char *what)
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
     char msg[SLOT_MSGLEN];
-    pgconn_error(s->conn, msg, sizeof msg);
+    pgconn_failure(s->conn, res, msg, sizeof msg);
     fail(s, PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY,
          "slot=%s: %s failed: %s", s->name, what, msg);
     PQclear(res);
@@ -155,8 +155,9 @@ static int take_back(struct slot *s, const char *pid)
     PGresult *res = slot_exec(s, sql);
     bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
               strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    char msg[SLOT_MSGLEN];
-    pgconn_error(s->conn, msg, sizeof msg);
+    char msg[SLOT_MSGLEN] = "pg_terminate_backend() returned false";
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        pgconn_failure(s->conn, res, msg, sizeof msg);
     PQclear(res);
     if (ok) {
         log_warn("slot=%s: still held by walsender PID %s of our previous connection, which "
@@ -166,7 +167,7 @@ static int take_back(struct slot *s, const char *pid)
     }
     return fail(s, STREAM_BUSY, "slot=%s: still held by walsender PID %s of our previous "
                 "connection; cannot terminate it (%s): waiting until the server's "
-                "wal_sender_timeout ends it", s->name, pid, *msg ? msg : "not permitted");
+                "wal_sender_timeout ends it", s->name, pid, msg);
 }
 
 /* The slot is held by walsender `pid`. With --takeover-after, a walsender
@@ -198,8 +199,9 @@ static int take_over(struct slot *s, const char *pid)
     res = slot_exec(s, sql);
     bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
               strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    char msg[SLOT_MSGLEN];
-    pgconn_error(s->conn, msg, sizeof msg);
+    char msg[SLOT_MSGLEN] = "pg_terminate_backend() returned false";
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        pgconn_failure(s->conn, res, msg, sizeof msg);
     PQclear(res);
     if (ok)
         log_warn("slot=%s: its walsender PID %s has heard nothing from its client for %.1f s "
@@ -358,7 +360,7 @@ static int create_new(struct slot *s)
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         char msg[SLOT_MSGLEN];
-        pgconn_error(s->conn, msg, sizeof msg);
+        pgconn_failure(s->conn, res, msg, sizeof msg);
         char pkg[128];
         if (slot_plugin_missing(s->plugin, msg))
             rc = fail(s, STREAM_FATAL, "slot=%s: the %s output plugin is not installed "
@@ -411,7 +413,7 @@ static int check_slot_history(struct slot *s)
                       "history", s->name);
         } else {
             char msg[SLOT_MSGLEN];
-            pgconn_error(s->conn, msg, sizeof msg);
+            pgconn_failure(s->conn, res, msg, sizeof msg);
             log_warn("slot=%s: cannot read public.outbox_relay_slots (%s): if this slot was "
                      "dropped after an earlier run, creating it again skips the events "
                      "committed meanwhile; load sql/003_relay_role.sql so this is checked",
@@ -483,7 +485,7 @@ static void record_slot(struct slot *s, lsn_t lsn)
     PGresult *res = slot_exec(s, sql);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         char msg[SLOT_MSGLEN];
-        pgconn_error(s->conn, msg, sizeof msg);
+        pgconn_failure(s->conn, res, msg, sizeof msg);
         log_warn("slot=%s: cannot record the new slot in public.outbox_relay_slots (%s); a "
                  "later drop of the slot would go unnoticed by a restart", s->name, msg);
     }

@@ -264,7 +264,7 @@ static int start_replication(struct stream *s, lsn_t start)
         return STREAM_OK;
     }
     char msg[STREAM_ERRLEN];
-    pgconn_error(s->conn, msg, sizeof msg);
+    pgconn_failure(s->conn, res, msg, sizeof msg);
     PQclear(res);
     if (strstr(msg, "is active for PID"))
         return fail(s, STREAM_BUSY, "slot=%s is active for another process; waiting (another "

@@ -66,10 +66,19 @@ PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *co
  * libpq's messages: every file says a server's reason through it. */
 void pgconn_trim(char *buf, size_t cap, const char *msg);
 
-/* pgconn_trim of conn's last error message (NULL conn: "out of memory"). */
+/* Why a command failed, as one line (pgconn_trim) in buf: res's message
+ * (the server's ERROR with its DETAIL and HINT) when res has one, else
+ * conn's last message; never empty (without either, it says what is known:
+ * the connection lost, an unexpected result status). Either may be NULL.
+ * Use it wherever a result is at hand: libpq may have emptied the
+ * connection's message by then, the result's stays. */
+void pgconn_failure(const PGconn *conn, const PGresult *res, char *buf, size_t cap);
+
+/* pgconn_failure(conn, NULL, ...): for failures with no result (connect,
+ * consume input, send). NULL conn: "out of memory". */
 void pgconn_error(const PGconn *conn, char *buf, size_t cap);
 
-/* pgconn_trim of res's error message (NULL res: "out of memory"). */
+/* pgconn_failure(NULL, res, ...). NULL res: "out of memory". */
 void pgconn_result_error(const PGresult *res, char *buf, size_t cap);
 
 #endif
