@@ -466,7 +466,8 @@ static char *dsn_password(const char *dsn)
 int check_run(const struct relay_config *cfg, enum report_format format, FILE *out)
 {
     struct check_report report = {0};
-    struct check_ctx ctx = {.cfg = cfg, .report = &report, .max_payload = -1};
+    struct check_ctx ctx = {.cfg = cfg, .report = &report, .max_payload = -1,
+                            .plugin = cfg->plugin};
     char *password = dsn_password(cfg->dsn);
     check_report_secret(&report, password);
     for (size_t i = 0; i < cfg->nkafka; i++)

@@ -27,6 +27,10 @@ struct check_ctx {
     struct check_report *report;
     PGconn *conn;          /* ordinary connection; NULL when it failed */
     int server_version;
+    bool has_plugin_libraries; /* the server has output_plugin_libraries */
+    char plugin_libraries[512]; /* its value */
+    enum relay_plugin plugin; /* cfg's, or what PLUGIN_AUTO resolves to
+                                 (check_plugin): what the relayer would use */
     char role[128];        /* current_user */
     bool superuser, replication;
     bool wal_logical;

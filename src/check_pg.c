@@ -13,9 +13,15 @@
 
 #include "check_internal.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/plugin.h"
 #include "outbox_relay/slot.h"
 
 #define MSGLEN 1024
+
+static bool cfg_is_auto(const struct check_ctx *c)
+{
+    return c->cfg->plugin == PLUGIN_AUTO;
+}
 
 static bool is_true(const PGresult *res, int row, int col)
 {
@@ -24,7 +30,20 @@ static bool is_true(const PGresult *res, int row, int col)
 
 static const char *plugin_name(const struct check_ctx *c)
 {
-    return c->cfg->plugin == PLUGIN_PGOUTPUT ? "pgoutput" : "wal2json";
+    return c->plugin == PLUGIN_PGOUTPUT ? "pgoutput" : "wal2json";
+}
+
+/* output_plugin_libraries, when the server has it (a minor of November 2026
+ * or later). */
+static void read_plugin_libraries(struct check_ctx *c)
+{
+    char msg[MSGLEN];
+    PGresult *res = check_query(c, PGRES_TUPLES_OK, "SELECT setting FROM pg_settings WHERE "
+                                "name = 'output_plugin_libraries'", 0, NULL, msg, sizeof msg);
+    c->has_plugin_libraries = res != NULL && PQntuples(res) == 1;
+    snprintf(c->plugin_libraries, sizeof c->plugin_libraries, "%s",
+             c->has_plugin_libraries ? PQgetvalue(res, 0, 0) : "");
+    PQclear(res);
 }
 
 void check_server(struct check_ctx *c)
@@ -63,6 +82,9 @@ void check_server(struct check_ctx *c)
     c->replication = is_true(res, 0, 4);
     bool standby = is_true(res, 0, 2);
     int v = c->server_version;
+    read_plugin_libraries(c);
+    char notes[600];
+    plugin_describe_server(v, c->has_plugin_libraries, notes, sizeof notes);
     if (standby && v < 160000)
         check_report_addf(c->report, "server", CHECK_FAIL,
                           "point --dsn at the primary", "PostgreSQL %d.%d, database %s: a "
@@ -70,8 +92,8 @@ void check_server(struct check_ctx *c)
                           v / 10000, v % 10000, PQgetvalue(res, 0, 1));
     else
         check_report_addf(c->report, "server", CHECK_PASS, NULL,
-                          "PostgreSQL %d.%d, database %s, role %s%s", v / 10000, v % 10000,
-                          PQgetvalue(res, 0, 1), c->role, standby ? " (a standby)" : "");
+                          "PostgreSQL %d.%d, database %s, role %s%s: %s", v / 10000, v % 10000,
+                          PQgetvalue(res, 0, 1), c->role, standby ? " (a standby)" : "", notes);
     PQclear(res);
 }
 
@@ -221,24 +243,86 @@ void check_wal_senders(struct check_ctx *c)
             "restart PostgreSQL)");
 }
 
-/* wal2json: the library must load, which only creating a slot with it
- * proves; a temporary slot is dropped with the session whatever happens.
- * pgoutput: built in since PostgreSQL 10, with what the relayer needs
- * from 14 (logical messages, publish_via_partition_root). */
+/* The plugin of an existing slot (NULL: none, or not a logical one). */
+static char *existing_slot_plugin(struct check_ctx *c, char *buf, size_t cap)
+{
+    char msg[MSGLEN];
+    const char *p[] = {c->cfg->slot};
+    PGresult *res = check_query(c, PGRES_TUPLES_OK, "SELECT plugin FROM pg_replication_slots "
+                                "WHERE slot_name = $1 AND plugin IS NOT NULL", 1, p, msg,
+                                sizeof msg);
+    bool found = res != NULL && PQntuples(res) == 1;
+    if (found)
+        snprintf(buf, cap, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return found ? buf : NULL;
+}
+
+/* Whether wal2json loads: only creating a slot with it proves that; a
+ * temporary slot is dropped with the session whatever happens. Returns 1
+ * (loads), 0 (not installed: msg says so), -1 (refused: not named in
+ * output_plugin_libraries), -2 (not tested, or another failure: msg). */
+static int wal2json_loads(struct check_ctx *c, char *msg, size_t msglen)
+{
+    char name[64];
+    snprintf(name, sizeof name, "outbox_relay_check_%ld", (long) getpid());
+    const char *p[] = {name};
+    PGresult *res = check_query(c, PGRES_TUPLES_OK,
+                                "SELECT pg_drop_replication_slot(slot_name) FROM "
+                                "pg_create_logical_replication_slot($1, 'wal2json', true)",
+                                1, p, msg, msglen);
+    if (res != NULL) {
+        PQclear(res);
+        return 1;
+    }
+    return plugin_refused_error(msg) ? -1 : slot_plugin_missing("wal2json", msg) ? 0 : -2;
+}
+
+/* The plugin the relayer would use (PLUGIN_AUTO resolved as plugin.h
+ * says) and whether the server lets it: wal2json must be named in
+ * output_plugin_libraries (15.19+) and load; pgoutput is built in since
+ * PostgreSQL 10, with what the relayer needs from 14 (logical messages,
+ * publish_via_partition_root). */
 void check_plugin(struct check_ctx *c)
 {
     if (c->conn == NULL)
         return;
     int v = c->server_version;
-    if (c->cfg->plugin == PLUGIN_PGOUTPUT) {
+    const char *libs = c->has_plugin_libraries ? c->plugin_libraries : NULL;
+    char slot_plugin[64], how[900] = "";
+    const char *existing = existing_slot_plugin(c, slot_plugin, sizeof slot_plugin);
+    if (c->plugin == PLUGIN_AUTO) {
+        const char *chosen;
+        if (existing != NULL && (strcmp(existing, "wal2json") == 0 ||
+                                 strcmp(existing, "pgoutput") == 0)) {
+            chosen = existing;
+            snprintf(how, sizeof how, "no --plugin: slot %s exists with %s, which it keeps",
+                     c->cfg->slot, existing);
+        } else {
+            chosen = plugin_choose_new(libs, false, how, sizeof how);
+        }
+        c->plugin = strcmp(chosen, "pgoutput") == 0 ? PLUGIN_PGOUTPUT : PLUGIN_WAL2JSON;
+    }
+    if (c->plugin == PLUGIN_PGOUTPUT) {
         if (v >= 140000)
             check_report_addf(c->report, "plugin", CHECK_PASS, NULL,
-                              "pgoutput is built into PostgreSQL %d", v / 10000);
+                              "pgoutput is built into PostgreSQL %d%s%s", v / 10000,
+                              *how ? "; " : "", how);
         else
             check_report_addf(c->report, "plugin", CHECK_FAIL,
                               "upgrade PostgreSQL, or use --plugin wal2json",
                               "--plugin pgoutput needs PostgreSQL 14 or later (logical "
                               "messages, publish_via_partition_root); this server is %d", v);
+        return;
+    }
+    bool exists = existing != NULL && strcmp(existing, "wal2json") == 0;
+    char advice[1400];
+    if (!plugin_allowed(libs, "wal2json")) {
+        plugin_refusal_advice("wal2json", libs, exists, advice, sizeof advice);
+        check_report_addf(c->report, "plugin", CHECK_FAIL, advice,
+                          "the server refuses wal2json for a replication role: "
+                          "output_plugin_libraries = '%s' does not name it%s", libs,
+                          exists ? " (the existing slot cannot stream)" : "");
         return;
     }
     const char *why = !c->wal_logical            ? "wal_level is not logical"
@@ -251,27 +335,29 @@ void check_plugin(struct check_ctx *c)
                           "not tested whether wal2json loads: %s", why);
         return;
     }
-    char name[64], msg[MSGLEN];
-    snprintf(name, sizeof name, "outbox_relay_check_%ld", (long) getpid());
-    const char *p[] = {name};
-    PGresult *res = check_query(c, PGRES_TUPLES_OK,
-                                "SELECT pg_drop_replication_slot(slot_name) FROM "
-                                "pg_create_logical_replication_slot($1, 'wal2json', true)",
-                                1, p, msg, sizeof msg);
-    if (res != NULL) {
-        PQclear(res);
-        check_report_add(c->report, "plugin", CHECK_PASS,
-                         "wal2json loads (a temporary slot was created with it and dropped)",
-                         NULL);
-        return;
-    }
-    if (slot_plugin_missing("wal2json", msg)) {
+    char msg[MSGLEN];
+    int loads = wal2json_loads(c, msg, sizeof msg);
+    if (loads == 1) {
+        check_report_addf(c->report, "plugin", CHECK_PASS, NULL,
+                          "wal2json loads (a temporary slot was created with it and "
+                          "dropped)%s%s", *how ? "; " : "", how);
+    } else if (loads == 0 && cfg_is_auto(c) && !exists) {
+        c->plugin = PLUGIN_PGOUTPUT;
+        plugin_choose_new(libs, true, how, sizeof how);
+        check_report_addf(c->report, "plugin", v >= 140000 ? CHECK_PASS : CHECK_FAIL,
+                          v >= 140000 ? NULL : "install the server's wal2json package",
+                          "no --plugin: %s", how);
+    } else if (loads == 0) {
         char pkg[128], fix[256];
         slot_package_for("postgresql-<version>-wal2json", v, pkg, sizeof pkg);
         snprintf(fix, sizeof fix, "install %s on the server (or run with --plugin pgoutput)",
                  pkg);
         check_report_addf(c->report, "plugin", CHECK_FAIL, fix,
                           "the wal2json output plugin does not load: %s", msg);
+    } else if (loads == -1) {
+        plugin_refusal_advice("wal2json", libs, exists, advice, sizeof advice);
+        check_report_addf(c->report, "plugin", CHECK_FAIL, advice,
+                          "the server refuses wal2json: %s", msg);
     } else {
         check_report_addf(c->report, "plugin", CHECK_WARN,
                           "see the server's message (a long-running transaction delays slot "

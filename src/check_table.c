@@ -142,7 +142,7 @@ void check_columns(struct check_ctx *c)
                                         check_column_type((enum check_column) col));
         } else {
             c->has_column[col] = true;
-            st = check_classify_column((enum check_column) col, type, c->cfg->plugin, why,
+            st = check_classify_column((enum check_column) col, type, c->plugin, why,
                                        sizeof why);
             /* an aggregate id need not be a uuid: text holds any */
             const char *to = col == CHECK_COL_AGGREGATE_ID || col == CHECK_COL_TYPE
@@ -331,7 +331,7 @@ void check_bookkeeping(struct check_ctx *c)
 /* pgoutput only: the relayer's own rules (publication_judge). */
 void check_publication(struct check_ctx *c)
 {
-    if (c->cfg->plugin != PLUGIN_PGOUTPUT || !c->table_exists)
+    if (c->plugin != PLUGIN_PGOUTPUT || !c->table_exists)
         return;
     const struct relay_config *cfg = c->cfg;
     const char *name = cfg->publication;

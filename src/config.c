@@ -27,7 +27,8 @@ _Static_assert(sizeof(enum report_format) == sizeof(int), "OPT_ENUM stores an in
 static const struct option_word poison_words[] = {
     {"halt", POISON_HALT}, {"dead-letter", POISON_DEAD_LETTER}, {NULL, 0}};
 static const struct option_word plugin_words[] = {
-    {"wal2json", PLUGIN_WAL2JSON}, {"pgoutput", PLUGIN_PGOUTPUT}, {NULL, 0}};
+    {"auto", PLUGIN_AUTO}, {"wal2json", PLUGIN_WAL2JSON}, {"pgoutput", PLUGIN_PGOUTPUT},
+    {NULL, 0}};
 static const struct option_word format_words[] = {
     {"text", REPORT_FORMAT_TEXT}, {"json", REPORT_FORMAT_JSON}, {NULL, 0}};
 static const struct option_word backfill_words[] = {{"none", 0}, {"pending", 1}, {NULL, 0}};
@@ -53,8 +54,10 @@ static const struct option_def options[] = {
         "Kafka bootstrap servers; required to run"),
     OPT("slot", OPT_STR, slot, "outbox_relay", "NAME",
         "logical replication slot (created with --plugin if missing)"),
-    OPT_WORDS("plugin", OPT_ENUM, plugin, "wal2json", "wal2json|pgoutput",
-              "output plugin: wal2json (format-version 2) or PostgreSQL's built-in pgoutput",
+    OPT_WORDS("plugin", OPT_ENUM, plugin, "auto", "auto|wal2json|pgoutput",
+              "output plugin: wal2json (format-version 2) or PostgreSQL's built-in pgoutput; "
+              "auto: an existing slot keeps its own, a new one gets wal2json where the server "
+              "allows and has it, else pgoutput",
               plugin_words),
     OPT("publication", OPT_STR, publication, "outbox_relay", "NAME",
         "pgoutput: the publication of the outbox table (created if missing and allowed)"),

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "outbox_relay/check.h"
 #include "outbox_relay/config.h"
@@ -31,14 +32,17 @@ extern char **environ;
 
 /* `run`: 0 after a clean stop, 1 on a fatal relay error, 2 when something
  * cannot even start (bad Kafka configuration, metrics address in use). stop
- * is the signal handlers' flag. */
-static int cmd_run(const struct relay_config *cfg, volatile sig_atomic_t *stop,
-                   bool *cfg_borrowed)
+ * is the signal handlers' flag. Without --plugin the relay may ask once to
+ * start over with the plugin the slot or the server wants
+ * (RELAY_SWITCH_PLUGIN): cfg->plugin is then set to it and a new relay and
+ * maintenance thread are made, before anything was streamed. */
+static int cmd_run(struct relay_config *cfg, volatile sig_atomic_t *stop, bool *cfg_borrowed)
 {
     char err[CONFIG_ERRLEN];
     struct metrics_http *http = NULL;
     struct maint *maint = NULL;
     struct relay *relay = NULL;
+    bool maint_gone = true;
     int code = 2;
 
     struct metrics *metrics = metrics_new(cfg->slot);
@@ -56,23 +60,41 @@ static int cmd_run(const struct relay_config *cfg, volatile sig_atomic_t *stop,
         log_info("serving /metrics, /healthz and /readyz on %s (port %d)", cfg->metrics_addr,
                  metrics_http_port(http));
     }
-    relay = relay_new(cfg, stop, metrics, err, sizeof err);
-    if (relay == NULL) {
-        log_error("%s", err);
-        goto out;
+    for (;;) {
+        relay = relay_new(cfg, stop, metrics, err, sizeof err);
+        if (relay == NULL) {
+            log_error("%s", err);
+            goto out;
+        }
+        maint = maint_start(cfg, stop, metrics, err, sizeof err);
+        if (maint == NULL) {
+            log_error("%s", err);
+            goto out;
+        }
+        code = relay_run(relay);
+        if (code != RELAY_SWITCH_PLUGIN || cfg->plugin != PLUGIN_AUTO)
+            break;
+        /* The maintenance thread reads cfg: stopped before cfg changes. */
+        maint_gone = maint_stop(maint, MAINT_STOP_TIMEOUT);
+        maint = NULL;
+        if (!maint_gone) {
+            code = 1;
+            goto out;
+        }
+        cfg->plugin = strcmp(relay_switch_plugin(relay), "pgoutput") == 0 ? PLUGIN_PGOUTPUT
+                                                                         : PLUGIN_WAL2JSON;
+        relay_free(relay);
+        relay = NULL;
     }
-    maint = maint_start(cfg, stop, metrics, err, sizeof err);
-    if (maint == NULL) {
-        log_error("%s", err);
-        goto out;
-    }
-    code = relay_run(relay);
+    if (code == RELAY_SWITCH_PLUGIN)
+        code = 1; /* cannot happen: an explicit --plugin never switches */
 
 out:
     /* The maintenance thread and the HTTP server borrow metrics and cfg:
      * stop them first. A thread that would not stop keeps them (leaked at
      * exit rather than freed under it). */
-    bool maint_gone = maint_stop(maint, MAINT_STOP_TIMEOUT);
+    if (maint != NULL)
+        maint_gone = maint_stop(maint, MAINT_STOP_TIMEOUT);
     relay_free(relay);
     metrics_http_stop(http);
     if (maint_gone)

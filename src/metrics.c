@@ -282,6 +282,16 @@ void metrics_set_publication(struct metrics *m, int ok, const char *why)
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_set_plugin_refused(struct metrics *m, const char *why)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->plugin_refused = why != NULL;
+    snprintf(m->plugin_refused_why, sizeof m->plugin_refused_why, "%s", why ? why : "");
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double seconds)
 {
     if (m == NULL)
@@ -319,6 +329,8 @@ bool metrics_ready(struct metrics *m, int64_t max_lag_bytes, char *why, size_t w
     pthread_mutex_lock(&m->mu);
     if (!m->state_known)
         snprintf(why, whylen, "starting: not connected yet");
+    else if (m->plugin_refused)
+        snprintf(why, whylen, "not streaming: %s", m->plugin_refused_why);
     else if (!m->pg_connected)
         snprintf(why, whylen, "not connected to PostgreSQL");
     else if (!m->streaming)

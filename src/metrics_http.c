@@ -68,7 +68,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     if (strcmp(url, "/healthz") == 0)
         return reply_text(conn, MHD_HTTP_OK, "ok\n");
     if (strcmp(url, "/readyz") == 0) {
-        char why[256], text[300];
+        char why[1280], text[1300];
         bool ok = metrics_ready(h->m, h->max_lag_bytes, why, sizeof why);
         snprintf(text, sizeof text, ok ? "%s\n" : "not ready: %s\n", why);
         return reply_text(conn, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, text);

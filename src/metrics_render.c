@@ -302,6 +302,13 @@ static void render(struct buf *b, const struct metrics *m)
         value_i(b, m->unlogged);
     }
 
+    header(b, "outbox_relay_output_plugin_refused", "gauge",
+           "1 while the server refuses the slot's output plugin (output_plugin_libraries does "
+           "not name it): nothing streams and the slot retains WAL until it is allowed. Must "
+           "be 0.");
+    bprintf(b, "outbox_relay_output_plugin_refused");
+    value_i(b, m->plugin_refused ? 1 : 0);
+
     if (m->publication_ok >= 0) {
         header(b, "outbox_relay_publication_ok", "gauge",
                "--plugin pgoutput: 1 while the publication serves the outbox (covers it, "

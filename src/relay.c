@@ -45,6 +45,8 @@
 #define STATUS_MIN_GAP 0.1  /* s between status updates for a moved position */
 #define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
+#define REFUSED_POLL 5.0    /* s between tries while the server refuses the plugin */
+#define REFUSED_LOG_EVERY 60.0 /* s between repeats of that error in the log */
 #define READ_BATCH 256      /* frames between delivery-report polls */
 #define MID_TX_NAP_NS 100000 /* a nap inside a transaction: see refill() */
 #define DRAIN_LAG_US 50000   /* read this long after its commit, a transaction is backlog */
@@ -110,6 +112,8 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->stop = stop;
     r->metrics = metrics;
     r->columns = cfg->columns;
+    /* PLUGIN_AUTO starts with wal2json; the stream says when the slot or
+     * the server wants the other (STREAM_PLUGIN), and main.c starts over. */
     r->decoder = cfg->plugin == PLUGIN_PGOUTPUT ? decoder_pgoutput_new() : decoder_w2j_new();
     if (r->decoder != NULL)
         r->decoder->columns = &r->columns;
@@ -120,6 +124,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                 .table_name = cfg->table_name,
                                 .message_prefix = cfg->message_prefix, .create_slot = true,
                                 .failover_slot = cfg->failover_slot,
+                                .plugin_auto = cfg->plugin == PLUGIN_AUTO,
                                 .recreate_slot = cfg->recreate_slot,
                                 .takeover_after = cfg->takeover_after,
                                 .query_timeout = cfg->wal_receiver_timeout,
@@ -167,6 +172,11 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
         return NULL;
     }
     return r;
+}
+
+const char *relay_switch_plugin(const struct relay *r)
+{
+    return r->switch_plugin;
 }
 
 void relay_free(struct relay *r)
@@ -532,6 +542,7 @@ int relay_run(struct relay *r)
     const struct relay_config *cfg = r->cfg;
     double backoff = 0.5;
     bool streamed = false, waiting_logged = false, backfilled = false;
+    double refused_logged = -1e9;
     int exit_code = 0;
 
     srand((unsigned) time(NULL) ^ (unsigned) getpid());
@@ -545,6 +556,29 @@ int relay_run(struct relay *r)
                 relay_set_fatal(r, "%s", stream_errstr(r->stream));
             break;
         }
+        if (rc == STREAM_PLUGIN) {
+            log_info("%s: starting over with %s", stream_errstr(r->stream),
+                     stream_switch_plugin(r->stream));
+            snprintf(r->switch_plugin, sizeof r->switch_plugin, "%s",
+                     stream_switch_plugin(r->stream));
+            exit_code = RELAY_SWITCH_PLUGIN;
+            break;
+        }
+        if (rc == STREAM_REFUSED) {
+            /* Not fatal: a reload of the server's configuration cures it,
+             * and a relayer that stays up can say why it does not stream. */
+            if (r->metrics)
+                metrics_set_plugin_refused(r->metrics, stream_errstr(r->stream));
+            publish_gauges(r, false);
+            if (mono_now() - refused_logged >= REFUSED_LOG_EVERY) {
+                log_error("%s", stream_errstr(r->stream));
+                refused_logged = mono_now();
+            }
+            pause_serving(r, jitter(REFUSED_POLL));
+            continue;
+        }
+        if (r->metrics)
+            metrics_set_plugin_refused(r->metrics, NULL);
         if (rc == STREAM_BACKFILL) {
             int brc = relay_resume_backfill(r);
             if (brc == BACKFILL_OK) {
@@ -649,6 +683,8 @@ int relay_run(struct relay *r)
         exit_code = 1;
     }
     finish(r);
+    if (exit_code == RELAY_SWITCH_PLUGIN)
+        return exit_code;
     log_info("slot=%s lsn=" LSN_FMT ": stopped (%llu events delivered)", cfg->slot,
              LSN_ARGS(tracker_confirmed(r->tracker)),
              (unsigned long long) r->stats.events_delivered);

@@ -40,6 +40,7 @@ struct sink_report;
 
 struct relay {
     const struct relay_config *cfg;
+    char switch_plugin[16]; /* RELAY_SWITCH_PLUGIN: the plugin to start over with */
     struct w2j_columns_map columns; /* cfg's, types filled in at each start
                                        (layout.h): decoder, sink, backfill */
     volatile sig_atomic_t *stop;

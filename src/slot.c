@@ -15,6 +15,7 @@
 
 #include "outbox_relay/log.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/plugin.h"
 
 #define SLOT_MSGLEN 1024 /* a server message, trimmed to one line */
 
@@ -58,6 +59,60 @@ static PGresult *query(struct slot *s, const char *sql, const char *what)
 static int error_rc(struct slot *s)
 {
     return PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY;
+}
+
+/* Without --plugin: the relayer must start over with `plugin` (why in err). */
+static int switch_plugin(struct slot *s, const char *plugin)
+{
+    snprintf(s->switch_to, sizeof s->switch_to, "%s", plugin);
+    return STREAM_PLUGIN;
+}
+
+int slot_plugin_libraries(struct slot *s, char *buf, size_t cap)
+{
+    *buf = '\0';
+    PGresult *res = slot_exec(s, "SHOW output_plugin_libraries");
+    int rc = 1;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        snprintf(buf, cap, "%s", PQgetvalue(res, 0, 0));
+    } else {
+        const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+        if (state != NULL && strcmp(state, "42704") == 0) { /* undefined_object */
+            rc = 0;
+        } else {
+            char msg[SLOT_MSGLEN];
+            pgconn_failure(s->conn, res, msg, sizeof msg);
+            rc = fail(s, error_rc(s), "slot=%s: SHOW output_plugin_libraries failed: %s",
+                      s->name, msg);
+        }
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* The server refused s->plugin (msg): without --plugin a new slot is made
+ * with pgoutput instead; otherwise wait for the operator, who is told the
+ * statement that allows it (plugin.h). */
+static int refused(struct slot *s, const char *msg, bool exists)
+{
+    char libs[512];
+    int has = slot_plugin_libraries(s, libs, sizeof libs);
+    if (has < 0)
+        return has;
+    if (s->plugin_auto && !exists) {
+        char why[900];
+        const char *p = plugin_choose_new(has ? libs : NULL, false, why, sizeof why);
+        fail(s, STREAM_PLUGIN, "slot=%s: %s", s->name, why);
+        return switch_plugin(s, p);
+    }
+    char advice[1400];
+    plugin_refusal_advice(s->plugin, has ? libs : NULL, exists, advice, sizeof advice);
+    return fail(s, STREAM_REFUSED, "slot=%s: %s (server said: %s)", s->name, advice, msg);
+}
+
+int slot_refused(struct slot *s, const char *msg)
+{
+    return refused(s, msg, true);
 }
 
 int slot_check_server(struct slot *s)
@@ -249,6 +304,11 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
     if (strcmp(type, "logical") != 0) {
         rc = fail(s, STREAM_FATAL, "slot=%s is a %s slot, not a logical one: choose another "
                   "--slot", s->name, type);
+    } else if (strcmp(plugin, s->plugin) != 0 && s->plugin_auto &&
+               (strcmp(plugin, "wal2json") == 0 || strcmp(plugin, "pgoutput") == 0)) {
+        fail(s, STREAM_PLUGIN, "slot=%s exists with the %s output plugin, which it keeps "
+             "(no --plugin given)", s->name, plugin);
+        rc = switch_plugin(s, plugin);
     } else if (strcmp(plugin, s->plugin) != 0) {
         rc = fail(s, STREAM_FATAL,
                   "slot=%s exists with output plugin \"%s\", but outbox-relay needs %s: "
@@ -320,6 +380,18 @@ static int create_new(struct slot *s)
                     "on PostgreSQL 15 and 16 a logical slot exists only on the primary and is "
                     "not carried to a promoted standby (see docs/deploy.md)",
                     s->name, PQserverVersion(s->conn));
+    if (s->plugin_auto && strcmp(s->plugin, "wal2json") == 0) {
+        char libs[512], why[900];
+        int has = slot_plugin_libraries(s, libs, sizeof libs);
+        if (has < 0)
+            return has;
+        const char *p = plugin_choose_new(has ? libs : NULL, false, why, sizeof why);
+        if (strcmp(p, s->plugin) != 0) {
+            fail(s, STREAM_PLUGIN, "slot=%s: %s", s->name, why);
+            return switch_plugin(s, p);
+        }
+        log_info("slot=%s: no --plugin given: %s", s->name, why);
+    }
     if (s->on_creating != NULL) {
         char err[SLOT_MSGLEN] = "";
         int rc = s->on_creating(s->on_created_ctx, &export_snapshot, err, sizeof err);
@@ -361,8 +433,14 @@ static int create_new(struct slot *s)
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         char msg[SLOT_MSGLEN];
         pgconn_failure(s->conn, res, msg, sizeof msg);
-        char pkg[128];
-        if (slot_plugin_missing(s->plugin, msg))
+        char pkg[128], why[900];
+        if (slot_plugin_missing(s->plugin, msg) && s->plugin_auto) {
+            const char *p = plugin_choose_new(NULL, true, why, sizeof why);
+            fail(s, STREAM_PLUGIN, "slot=%s: %s (server said: %s)", s->name, why, msg);
+            rc = switch_plugin(s, p);
+        } else if (plugin_refused_error(msg))
+            rc = refused(s, msg, false);
+        else if (slot_plugin_missing(s->plugin, msg))
             rc = fail(s, STREAM_FATAL, "slot=%s: the %s output plugin is not installed "
                       "on the server (install %s): %s", s->name, s->plugin,
                       slot_package_for(s->plugin_package, PQserverVersion(s->conn), pkg,

@@ -19,6 +19,7 @@
 #include "outbox_relay/log.h"
 #include "outbox_relay/maint.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/plugin.h"
 #include "outbox_relay/publication.h"
 
 #define KEYW "-16"
@@ -27,6 +28,9 @@
 struct verdict {
     FILE *out;
     int unhealthy;
+    bool has_plugin_libraries; /* the server has output_plugin_libraries */
+    char plugin_libraries[512];
+    bool pgoutput_slot;        /* the slot exists with pgoutput */
 };
 
 static void unhealthy(struct verdict *v, const char *fmt, ...)
@@ -61,6 +65,30 @@ static PGresult *query(PGconn *conn, const char *what, const char *sql, int npar
 static const char *val(PGresult *res, int col)
 {
     return PQgetisnull(res, 0, col) ? NULL : PQgetvalue(res, 0, col);
+}
+
+/* The server: its version, what that means for the relayer, and the
+ * output plugins it allows. Returns -1 when the query failed. */
+static int report_server(PGconn *conn, struct verdict *v)
+{
+    PGresult *res = query(conn, "reading the server's version",
+                          "SELECT current_setting('server_version_num')::int, "
+                          "current_setting('server_version'), (SELECT setting FROM pg_settings "
+                          "WHERE name = 'output_plugin_libraries')", 0, NULL);
+    if (res == NULL)
+        return -1;
+    int version = atoi(PQgetvalue(res, 0, 0));
+    v->has_plugin_libraries = !PQgetisnull(res, 0, 2);
+    snprintf(v->plugin_libraries, sizeof v->plugin_libraries, "%s",
+             v->has_plugin_libraries ? PQgetvalue(res, 0, 2) : "");
+    char notes[600];
+    plugin_describe_server(version, v->has_plugin_libraries, notes, sizeof notes);
+    fprintf(v->out, "%" KEYW "s PostgreSQL %s (major %d): %s\n", "server",
+            PQgetvalue(res, 0, 1), version / 10000, notes);
+    if (v->has_plugin_libraries)
+        fprintf(v->out, "%" KEYW "s %s\n", "plugins_allowed", v->plugin_libraries);
+    PQclear(res);
+    return 0;
 }
 
 /* Prints the slot part; returns -1 when the query failed. */
@@ -130,6 +158,13 @@ static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verd
     else
         fprintf(out, "%" KEYW "s unknown (%s)\n", "confirm_lag", why_unknown);
 
+    v->pgoutput_slot = plugin != NULL && strcmp(plugin, "pgoutput") == 0;
+    if (plugin != NULL && strcmp(plugin, "wal2json") == 0 &&
+        !plugin_allowed(v->has_plugin_libraries ? v->plugin_libraries : NULL, "wal2json")) {
+        char advice[1400];
+        plugin_refusal_advice("wal2json", v->plugin_libraries, true, advice, sizeof advice);
+        unhealthy(v, "not streaming: %s", advice);
+    }
     if (plugin == NULL)
         unhealthy(v, "slot %s is a physical slot, not the relayer's logical slot", cfg->slot);
     else if (same_db == NULL || strcmp(same_db, "t") != 0)
@@ -224,7 +259,7 @@ out:
  * (publication.h). Returns -1 when a query failed. */
 static int report_publication(PGconn *conn, const struct relay_config *cfg, struct verdict *v)
 {
-    if (cfg->plugin != PLUGIN_PGOUTPUT)
+    if (cfg->plugin == PLUGIN_WAL2JSON || (cfg->plugin == PLUGIN_AUTO && !v->pgoutput_slot))
         return 0;
     char why[1024];
     bool filtered;
@@ -256,7 +291,9 @@ int status_run(const struct relay_config *cfg, FILE *out)
         fprintf(out, "UNHEALTHY: cannot connect to PostgreSQL\n");
         return 1;
     }
-    int rc = report_slot(conn, cfg, &v);
+    int rc = report_server(conn, &v);
+    if (rc == 0)
+        rc = report_slot(conn, cfg, &v);
     if (rc == 0)
         rc = report_table(conn, cfg, &v);
     if (rc == 0)

@@ -21,6 +21,7 @@
 #include "outbox_relay/decoder.h"
 #include "outbox_relay/layout.h"
 #include "outbox_relay/pgconn.h"
+#include "outbox_relay/plugin.h"
 #include "outbox_relay/publication.h"
 #include "outbox_relay/slot.h"
 
@@ -76,6 +77,7 @@ struct stream *stream_new(const struct stream_options *opts)
                              .table_name = s->table_name, .columns = opts->columns,
                              .plugin = decoder_plugin(s->decoder),
                              .plugin_package = decoder_package(s->decoder),
+                             .plugin_auto = opts->plugin_auto,
                              .recreate_slot = opts->recreate_slot,
                              .failover_slot = opts->failover_slot,
                              .takeover_after = opts->takeover_after,
@@ -109,6 +111,11 @@ const char *stream_errstr(const struct stream *s)
 const char *stream_database(const struct stream *s)
 {
     return s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK ? PQdb(s->conn) : NULL;
+}
+
+const char *stream_switch_plugin(const struct stream *s)
+{
+    return s->admin.switch_to;
 }
 
 bool stream_connected(const struct stream *s)
@@ -269,6 +276,8 @@ static int start_replication(struct stream *s, lsn_t start)
     if (strstr(msg, "is active for PID"))
         return fail(s, STREAM_BUSY, "slot=%s is active for another process; waiting (another "
                     "relayer may own it): %s", s->slot, msg);
+    if (plugin_refused_error(msg))
+        return slot_refused(&s->admin, msg);
     char pkg[128];
     if (slot_plugin_missing(decoder_plugin(s->decoder), msg))
         return fail(s, STREAM_FATAL, "slot=%s: the %s output plugin cannot be loaded on the "

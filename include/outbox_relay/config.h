@@ -26,7 +26,11 @@
 
 enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS, RELAY_CMD_CHECK };
 enum poison_policy { POISON_HALT = 0, POISON_DEAD_LETTER };
-enum relay_plugin { PLUGIN_WAL2JSON = 0, PLUGIN_PGOUTPUT };
+/* PLUGIN_AUTO (no --plugin): an existing slot keeps its plugin, a new one
+ * is made with wal2json where the server allows and has it, otherwise with
+ * pgoutput (plugin.h). The relayer resolves it to one of the other two
+ * before it streams (main.c). */
+enum relay_plugin { PLUGIN_WAL2JSON = 0, PLUGIN_PGOUTPUT, PLUGIN_AUTO };
 enum report_format { REPORT_FORMAT_TEXT = 0, REPORT_FORMAT_JSON }; /* `check --format` */
 /* The outbox table's layout: ours (sql/001_outbox.sql) or Debezium's
  * outbox event router table (id uuid, aggregatetype, aggregateid, type,
@@ -38,7 +42,7 @@ struct relay_config {
     char *dsn;
     char *brokers;
     char *slot;
-    enum relay_plugin plugin; /* the output plugin: wal2json (default) or pgoutput */
+    enum relay_plugin plugin; /* the output plugin: auto (default), wal2json or pgoutput */
     char *publication;  /* pgoutput: the publication (default outbox_relay) */
     char *table;        /* as given: "schema.table" */
     char *table_schema; /* split and validated */

@@ -67,6 +67,10 @@ void metrics_set_unlogged(struct metrics *m, int64_t tables, const char *fix);
  * says what is wrong and the fix, copied, truncated to 511 bytes), or is
  * unknown/not used (-1: the gauge is not exported); readiness fails at 0. */
 void metrics_set_publication(struct metrics *m, int ok, const char *why);
+/* The server refuses the slot's output plugin: why (copied, truncated to
+ * 1023 bytes) says so with the fix; NULL: it does not (any more). Readiness
+ * fails while it does, with that text. */
+void metrics_set_plugin_refused(struct metrics *m, const char *why);
 void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double seconds);
 
 /* Long work (progress.h): the backfill (relay thread) and a reaper run

@@ -44,9 +44,18 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                         struct metrics *metrics, char *err, size_t errlen);
 void relay_free(struct relay *r);
 
+/* relay_run's answer when --plugin was not given and the slot or the
+ * server wants the plugin that this relay was not made with: make a new
+ * relay with relay_switch_plugin()'s (nothing was streamed yet). */
+#define RELAY_SWITCH_PLUGIN 3
+
 /* Runs until *stop is set (returns 0 after a clean stop: deliveries waited
- * for, final status sent) or a fatal error (returns 1, error logged). */
+ * for, final status sent), a fatal error (returns 1, error logged) or
+ * RELAY_SWITCH_PLUGIN. */
 int relay_run(struct relay *r);
+
+/* After RELAY_SWITCH_PLUGIN: "wal2json" or "pgoutput". */
+const char *relay_switch_plugin(const struct relay *r);
 
 const struct relay_stats *relay_stats(const struct relay *r);
 

@@ -43,6 +43,11 @@ struct slot {
     const struct w2j_columns_map *columns; /* the outbox's (layout.h); NULL:
                                               W2J_DEFAULT_COLUMNS */
     const char *plugin;         /* output plugin the slot must have */
+    bool plugin_auto;           /* no --plugin: an existing slot keeps its
+                                   own plugin, a new one is made as
+                                   plugin_choose_new says; another plugin
+                                   than `plugin` is then STREAM_PLUGIN */
+    char switch_to[16];         /* with STREAM_PLUGIN: the plugin to use */
     const char *plugin_package; /* what to install when it is missing */
     bool recreate_slot;         /* stream_options.recreate_slot */
     bool failover_slot;         /* stream_options.failover_slot */
@@ -86,6 +91,17 @@ int slot_create(struct slot *s, lsn_t *confirmed, bool *created);
 /* STREAM_BACKFILL when the slot's backfill marker says 'creating' or
  * 'running'; STREAM_OK when it says anything else, or there is none. */
 int slot_check_backfill_marker(struct slot *s);
+
+/* The server's output_plugin_libraries into buf: 1 when it has the
+ * parameter, 0 when it is older than the parameter (every installed plugin
+ * loads; buf ""), or a negative stream_rc with err set. */
+int slot_plugin_libraries(struct slot *s, char *buf, size_t cap);
+
+/* The server refused the existing slot's plugin (msg, from
+ * START_REPLICATION): STREAM_REFUSED with the operator's fix in err
+ * (plugin_refusal_advice), or a negative stream_rc when the server's list
+ * cannot be read. */
+int slot_refused(struct slot *s, const char *msg);
 
 /* Whether msg (a server error) says the plugin cannot be loaded. Pure. */
 bool slot_plugin_missing(const char *plugin, const char *msg);

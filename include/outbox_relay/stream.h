@@ -46,6 +46,12 @@ struct stream_options {
     bool recreate_slot;         /* create it even though outbox_relay_slots
                                    says an earlier one was dropped or lost */
     bool failover_slot;         /* create it with FAILOVER (PostgreSQL 17+) */
+    bool plugin_auto;           /* no --plugin: an existing slot keeps its
+                                   plugin, a new one gets wal2json where the
+                                   server allows and has it, else pgoutput
+                                   (plugin.h); when that is not the
+                                   decoder's, stream_start returns
+                                   STREAM_PLUGIN */
     double takeover_after;      /* > 0: terminate a walsender holding the slot
                                    whose client has been silent this long */
     double query_timeout;       /* > 0: longest wait for the answer to a setup
@@ -134,6 +140,10 @@ int stream_backend_pid(const struct stream *s);
 
 /* The last error, with context. Valid until the next call. */
 const char *stream_errstr(const struct stream *s);
+
+/* After STREAM_PLUGIN: the output plugin to start over with ("wal2json"
+ * or "pgoutput"); stream_errstr says why. */
+const char *stream_switch_plugin(const struct stream *s);
 
 /* Builds the START_REPLICATION command for opts from start into buf
  * (capacity cap). Pure; exposed for tests. Returns the length or -1. */

@@ -12,9 +12,16 @@ enum stream_rc {
     STREAM_BUSY = -2,
     STREAM_FATAL = -3,
     STREAM_END = -4, /* the server ended the copy (e.g. after our CopyDone) */
-    STREAM_BACKFILL = -5 /* the slot exists but its backfill has not finished
-                            (public.outbox_relay_slots): finish it first,
-                            then call stream_start again */
+    STREAM_BACKFILL = -5, /* the slot exists but its backfill has not finished
+                             (public.outbox_relay_slots): finish it first,
+                             then call stream_start again */
+    STREAM_REFUSED = -6,  /* the server refuses the slot's output plugin
+                             (output_plugin_libraries): nothing to retry
+                             soon, but a reload of the server's
+                             configuration cures it, so wait and look again */
+    STREAM_PLUGIN = -7    /* without --plugin: the slot needs the other
+                             output plugin (stream_switch_plugin); start
+                             over with it */
 };
 
 #endif

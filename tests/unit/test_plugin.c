@@ -1,0 +1,130 @@
+/*
+ * test_plugin.c — the output plugin's choice and refusal advice (plugin.h):
+ * output_plugin_libraries read as the server reads it (quoted elements,
+ * paths, blanks), the ALTER SYSTEM statement that works (one literal per
+ * name, a mis-quoted list split), the choice for a new slot, and the
+ * refusal text naming the parameter, its value, the fix and the way round.
+ * Also pgconn_failure's rule that a failure is never said with an empty
+ * reason.
+ */
+#include <libpq-fe.h>
+#include <string.h>
+
+#include "check.h"
+#include "outbox_relay/pgconn.h"
+#include "outbox_relay/plugin.h"
+
+#define CHECK_STR(got, want)                                                   \
+    do {                                                                       \
+        const char *g_ = (got), *w_ = (want);                                  \
+        check_count++;                                                         \
+        if (strcmp(g_, w_) != 0) {                                             \
+            check_failures++;                                                  \
+            fprintf(stderr, "%s:%d: got \"%s\", want \"%s\"\n", __FILE__, __LINE__, g_, w_); \
+        }                                                                      \
+    } while (0)
+
+static void test_allowed(void)
+{
+    CHECK(plugin_allowed(NULL, "wal2json")); /* a server before the parameter */
+    CHECK(!plugin_allowed("pgoutput, test_decoding", "wal2json"));
+    CHECK(plugin_allowed("pgoutput, test_decoding", "pgoutput"));
+    CHECK(plugin_allowed("pgoutput, test_decoding, wal2json", "wal2json"));
+    CHECK(plugin_allowed("pgoutput,wal2json", "wal2json"));
+    CHECK(plugin_allowed("\"wal2json\"", "wal2json"));
+    CHECK(plugin_allowed("$libdir/wal2json", "wal2json"));
+    CHECK(plugin_allowed("wal2json.so", "wal2json"));
+    CHECK(!plugin_allowed("wal2json_v2", "wal2json"));
+    CHECK(!plugin_allowed("", "wal2json"));
+    /* ALTER SYSTEM SET ... = 'pgoutput, test_decoding, wal2json' stores one
+     * quoted element, which the server does not split: still refused. */
+    CHECK(!plugin_allowed("\"pgoutput, test_decoding, wal2json\"", "wal2json"));
+}
+
+static void test_statement(void)
+{
+    char b[600];
+    CHECK(plugin_allow_statement("pgoutput, test_decoding", "wal2json", b, sizeof b) > 0);
+    CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
+                 "'wal2json'; SELECT pg_reload_conf();");
+    /* The mis-quoted form is split into its names, each once. */
+    CHECK(plugin_allow_statement("\"pgoutput, test_decoding, wal2json\"", "wal2json", b,
+                                 sizeof b) > 0);
+    CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
+                 "'wal2json'; SELECT pg_reload_conf();");
+    /* What is there stays, in its order; a name already there is not added. */
+    CHECK(plugin_allow_statement("test_decoding, pgoutput, my_plugin", "wal2json", b,
+                                 sizeof b) > 0);
+    CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'test_decoding', 'pgoutput', "
+                 "'my_plugin', 'wal2json'; SELECT pg_reload_conf();");
+    CHECK(plugin_allow_statement("", "wal2json", b, sizeof b) > 0);
+    CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'wal2json'; SELECT "
+                 "pg_reload_conf();");
+    CHECK(plugin_allow_statement("it's", "wal2json", b, sizeof b) > 0);
+    CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'it''s', 'wal2json'; SELECT "
+                 "pg_reload_conf();");
+    char small[40];
+    CHECK_EQ_INT(plugin_allow_statement("pgoutput", "wal2json", small, sizeof small), -1);
+}
+
+static void test_refused(void)
+{
+    CHECK(plugin_refused_error("ERROR:  library \"wal2json\" may not be used as an output "
+                               "plugin HINT:  If it is safe ..."));
+    CHECK(!plugin_refused_error("ERROR:  could not access file \"wal2json\": No such file"));
+    char b[1500];
+    plugin_refusal_advice("wal2json", "pgoutput, test_decoding", false, b, sizeof b);
+    CHECK(strstr(b, "output_plugin_libraries (currently 'pgoutput, test_decoding')") != NULL);
+    CHECK(strstr(b, "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
+                    "'wal2json'; SELECT pg_reload_conf();") != NULL);
+    CHECK(strstr(b, "--plugin pgoutput") != NULL);
+    plugin_refusal_advice("wal2json", "pgoutput, test_decoding", true, b, sizeof b);
+    CHECK(strstr(b, "switch it at an LSN") != NULL);
+    CHECK(strstr(b, "docs/operations.md") != NULL);
+}
+
+static void test_choose(void)
+{
+    char why[1000];
+    CHECK_STR(plugin_choose_new(NULL, false, why, sizeof why), "wal2json");
+    CHECK_STR(plugin_choose_new("pgoutput, test_decoding, wal2json", false, why, sizeof why),
+              "wal2json");
+    CHECK_STR(plugin_choose_new("pgoutput, test_decoding", false, why, sizeof why), "pgoutput");
+    CHECK(strstr(why, "does not name wal2json") != NULL);
+    CHECK(strstr(why, "'pgoutput', 'test_decoding', 'wal2json'") != NULL);
+    CHECK_STR(plugin_choose_new(NULL, true, why, sizeof why), "pgoutput");
+    CHECK(strstr(why, "not installed") != NULL);
+}
+
+/* A failed command is never said with an empty reason: a result without a
+ * message (what libpq hands back in corner cases) and a connection whose
+ * message is empty still give a text. */
+static void test_failure_never_empty(void)
+{
+    char b[256];
+    PGresult *res = PQmakeEmptyPGresult(NULL, PGRES_FATAL_ERROR);
+    pgconn_failure(NULL, res, b, sizeof b);
+    CHECK(*b != '\0');
+    PQclear(res);
+    res = PQmakeEmptyPGresult(NULL, PGRES_COMMAND_OK);
+    pgconn_failure(NULL, res, b, sizeof b);
+    CHECK(strstr(b, "PGRES_COMMAND_OK") != NULL);
+    PQclear(res);
+    pgconn_failure(NULL, NULL, b, sizeof b);
+    CHECK(*b != '\0');
+    /* A connection that never came up has its own message. */
+    PGconn *c = PQconnectdb("host=127.0.0.1 port=1 connect_timeout=1");
+    pgconn_failure(c, NULL, b, sizeof b);
+    CHECK(*b != '\0');
+    PQfinish(c);
+}
+
+int main(void)
+{
+    test_allowed();
+    test_statement();
+    test_refused();
+    test_choose();
+    test_failure_never_empty();
+    CHECK_DONE();
+}
