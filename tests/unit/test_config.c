@@ -63,7 +63,11 @@ static void test_plugin(void)
     config_free(&c);
     CHECK_EQ_INT(load(&c, env, err, 7, "--dsn", "dbname=d", "--brokers", "k:1", "--plugin",
                       "wal2json"), CONFIG_OK);
-    CHECK_EQ_INT(c.plugin, PLUGIN_AUTO); /* the slot or the server decides (plugin.h) */
+    CHECK_EQ_INT(c.plugin, PLUGIN_WAL2JSON);
+    config_free(&c);
+    CHECK_EQ_INT(load(&c, none, err, 7, "--dsn", "dbname=d", "--brokers", "k:1", "--plugin",
+                      "auto"), CONFIG_OK);
+    CHECK_EQ_INT(c.plugin, PLUGIN_AUTO);
     config_free(&c);
 }
 
@@ -175,8 +179,8 @@ static void test_errors(void)
     expect_error("slot name", 7, "--dsn", "dbname=x", "--brokers", "b", "--slot", "bad-name!");
     expect_error("slot name", 7, "--dsn", "dbname=x", "--brokers", "b", "--slot",
                  "x'; DROP TABLE t; --");
-    expect_error("--plugin expects auto, wal2json or pgoutput", 7, "--dsn", "dbname=x", "--brokers", "b", "--plugin",
-                 "decoderbufs");
+    expect_error("--plugin expects auto, wal2json or pgoutput", 7, "--dsn", "dbname=x",
+                 "--brokers", "b", "--plugin", "decoderbufs");
     expect_error("--publication \"Orders\" must be", 7, "--dsn", "dbname=x", "--brokers", "b",
                  "--publication", "Orders");
     expect_error("--publication", 7, "--dsn", "dbname=x", "--brokers", "b", "--publication",
