@@ -19,6 +19,7 @@ The build dir is $OUTBOX_RELAY_BUILD (default <repo>/build).
 """
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -124,6 +125,30 @@ def no_sanitizer_findings():
         report = harness.sanitizer_findings(log)
         if report:
             pytest.fail("sanitizer finding in %s:\n%s" % (log, report), pytrace=False)
+
+
+# A log line that ends where its reason should be ("... failed:", "...: ")
+# said something went wrong without saying what: libpq's message was lost
+# on the way (the START_REPLICATION refusal logged that way once).
+_EMPTY_REASON = re.compile(r"^\S+ (?:error|warn)\s.*:[ \t]*$", re.M)
+
+
+@pytest.fixture(autouse=True)
+def no_empty_reasons():
+    """Fails a test whose relayers or consumers logged an error or warning
+    with an empty reason, whatever the test itself checks."""
+    first = harness.process_log_count()
+    yield
+    for log in harness.process_logs_since(first):
+        try:
+            with open(log, errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        m = _EMPTY_REASON.search(text)
+        if m:
+            pytest.fail("%s logged a failure with an empty reason:\n%s" % (log, m.group(0)),
+                        pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ conftest.py's `plugin` fixture.)
       relayer created the publication it needs, with no flag but --plugin
   test_server_without_wal2json
       wal2json cannot be loaded: --plugin wal2json names the package to
-      install, --plugin pgoutput relays
+      install, no --plugin makes the slot with pgoutput, --plugin pgoutput
+      relays
   test_wrong_publication_is_refused
       an existing publication that does not publish inserts, does not cover
       the outbox, leaves a needed column out, or (partitioned outbox) names
@@ -152,6 +153,13 @@ def test_server_without_wal2json(pg_factory, broker, kafka, relayer, public_tmp_
     assert "postgresql-15-wal2json" in r.log_text(), r.log_text()
     r.kill()
     assert pg.slot_info() is None
+    # Without --plugin the relayer sees that wal2json is missing and makes
+    # the slot with pgoutput, saying so.
+    r = start(relayer, pg, broker)
+    assert "wal2json is not installed on the server, so the new slot uses PostgreSQL's " \
+        "built-in pgoutput" in r.log_text(), r.log_text()
+    assert r.terminate() == 0
+    assert pg.slot_info()["plugin"] == "pgoutput"
     r = start(relayer, pg, broker, "--plugin", "pgoutput")
     ids = insert(pg, [(uuid.uuid4(), "order.placed", '{"ok": true}')])
     got = kafka.read("order", expected=1, timeout=60)
