@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "outbox_relay/check.h"
+#include "outbox_relay/plugin.h"
 
 #define CHECK_QUERY_TIMEOUT 15.0 /* s: pgconn_exec's deadline for one query */
 #define CHECK_STATEMENT_TIMEOUT "10s" /* the server's, below it: a cancel, not a lost link */
@@ -27,8 +28,7 @@ struct check_ctx {
     struct check_report *report;
     PGconn *conn;          /* ordinary connection; NULL when it failed */
     int server_version;
-    bool has_plugin_libraries; /* the server has output_plugin_libraries */
-    char plugin_libraries[512]; /* its value */
+    struct plugin_libs libs; /* the server's output_plugin_libraries */
     enum relay_plugin plugin; /* cfg's, or what PLUGIN_AUTO resolves to
                                  (check_plugin): what the relayer would use */
     char role[128];        /* current_user */

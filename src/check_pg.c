@@ -34,16 +34,16 @@ static const char *plugin_name(const struct check_ctx *c)
 }
 
 /* output_plugin_libraries, when the server has it (a minor of November 2026
- * or later). */
+ * or later) and this role may read it. */
 static void read_plugin_libraries(struct check_ctx *c)
 {
-    char msg[MSGLEN];
-    PGresult *res = check_query(c, PGRES_TUPLES_OK, "SELECT setting FROM pg_settings WHERE "
-                                "name = 'output_plugin_libraries'", 0, NULL, msg, sizeof msg);
-    c->has_plugin_libraries = res != NULL && PQntuples(res) == 1;
-    snprintf(c->plugin_libraries, sizeof c->plugin_libraries, "%s",
-             c->has_plugin_libraries ? PQgetvalue(res, 0, 0) : "");
-    PQclear(res);
+    char buf[sizeof c->libs.value];
+    int rc = pgconn_show(c->conn, "output_plugin_libraries", CHECK_QUERY_TIMEOUT, buf,
+                         sizeof buf);
+    c->libs.state = rc == 1 ? PLUGIN_LIBS_KNOWN
+                    : rc == 0 ? PLUGIN_LIBS_ABSENT
+                              : PLUGIN_LIBS_HIDDEN; /* or unreadable: only trying tells */
+    snprintf(c->libs.value, sizeof c->libs.value, "%s", rc == 1 ? buf : "");
 }
 
 void check_server(struct check_ctx *c)
@@ -84,7 +84,7 @@ void check_server(struct check_ctx *c)
     int v = c->server_version;
     read_plugin_libraries(c);
     char notes[600];
-    plugin_describe_server(v, c->has_plugin_libraries, notes, sizeof notes);
+    plugin_describe_server(v, &c->libs, notes, sizeof notes);
     if (standby && v < 160000)
         check_report_addf(c->report, "server", CHECK_FAIL,
                           "point --dsn at the primary", "PostgreSQL %d.%d, database %s: a "
@@ -288,7 +288,7 @@ void check_plugin(struct check_ctx *c)
     if (c->conn == NULL)
         return;
     int v = c->server_version;
-    const char *libs = c->has_plugin_libraries ? c->plugin_libraries : NULL;
+    const struct plugin_libs *libs = &c->libs;
     char slot_plugin[64], how[900] = "";
     const char *existing = existing_slot_plugin(c, slot_plugin, sizeof slot_plugin);
     if (c->plugin == PLUGIN_AUTO) {
@@ -299,7 +299,7 @@ void check_plugin(struct check_ctx *c)
             snprintf(how, sizeof how, "no --plugin: slot %s exists with %s, which it keeps",
                      c->cfg->slot, existing);
         } else {
-            chosen = plugin_choose_new(libs, false, how, sizeof how);
+            chosen = plugin_choose_new(libs, false, false, how, sizeof how);
         }
         c->plugin = strcmp(chosen, "pgoutput") == 0 ? PLUGIN_PGOUTPUT : PLUGIN_WAL2JSON;
     }
@@ -321,7 +321,7 @@ void check_plugin(struct check_ctx *c)
         plugin_refusal_advice("wal2json", libs, exists, advice, sizeof advice);
         check_report_addf(c->report, "plugin", CHECK_FAIL, advice,
                           "the server refuses wal2json for a replication role: "
-                          "output_plugin_libraries = '%s' does not name it%s", libs,
+                          "output_plugin_libraries = '%s' does not name it%s", libs->value,
                           exists ? " (the existing slot cannot stream)" : "");
         return;
     }
@@ -341,9 +341,9 @@ void check_plugin(struct check_ctx *c)
         check_report_addf(c->report, "plugin", CHECK_PASS, NULL,
                           "wal2json loads (a temporary slot was created with it and "
                           "dropped)%s%s", *how ? "; " : "", how);
-    } else if (loads == 0 && cfg_is_auto(c) && !exists) {
-        c->plugin = PLUGIN_PGOUTPUT;
-        plugin_choose_new(libs, true, how, sizeof how);
+    } else if ((loads == 0 || loads == -1) && cfg_is_auto(c) && !exists) {
+        c->plugin = PLUGIN_PGOUTPUT; /* as the relayer does (slot.c) */
+        plugin_choose_new(libs, loads == -1, loads == 0, how, sizeof how);
         check_report_addf(c->report, "plugin", v >= 140000 ? CHECK_PASS : CHECK_FAIL,
                           v >= 140000 ? NULL : "install the server's wal2json package",
                           "no --plugin: %s", how);

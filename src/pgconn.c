@@ -214,3 +214,29 @@ fail:
         PQsetnonblocking(c, 0);
     return NULL;
 }
+
+int pgconn_show(PGconn *conn, const char *name, double timeout, char *buf, size_t cap)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SHOW %s", name);
+    PGresult *res = pgconn_exec(conn, sql, 0, NULL, timeout, buf, cap);
+    int rc;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        snprintf(buf, cap, "%s", PQgetvalue(res, 0, 0));
+        rc = 1;
+    } else {
+        const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+        if (state != NULL && strcmp(state, "42704") == 0) /* undefined_object */
+            rc = 0;
+        else if (state != NULL && strcmp(state, "42501") == 0) /* insufficient_privilege */
+            rc = 2;
+        else
+            rc = -1;
+        if (rc >= 0)
+            *buf = '\0';
+        else if (res != NULL)
+            pgconn_failure(conn, res, buf, cap);
+    }
+    PQclear(res);
+    return rc;
+}

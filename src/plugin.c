@@ -56,13 +56,13 @@ static bool names(const char *element, const char *plugin)
     return strncmp(base, plugin, n) == 0 && (base[n] == '\0' || strcmp(base + n, ".so") == 0);
 }
 
-bool plugin_allowed(const char *libraries, const char *plugin)
+bool plugin_allowed(const struct plugin_libs *libs, const char *plugin)
 {
-    if (libraries == NULL)
+    if (libs == NULL || libs->state != PLUGIN_LIBS_KNOWN)
         return true;
     char el[256];
     bool quoted;
-    for (const char *p = libraries; next_element(&p, el, sizeof el, &quoted);)
+    for (const char *p = libs->value; next_element(&p, el, sizeof el, &quoted);)
         if (names(el, plugin))
             return true;
     return false;
@@ -100,7 +100,8 @@ static bool add_literal(char *buf, size_t cap, size_t *n, const char *name, bool
     return true;
 }
 
-int plugin_allow_statement(const char *libraries, const char *plugin, char *buf, size_t cap)
+int plugin_allow_statement(const struct plugin_libs *libs, const char *plugin, char *buf,
+                           size_t cap)
 {
     static const char head[] = "ALTER SYSTEM SET " PARAM " = ";
     static const char tail[] = "; SELECT pg_reload_conf();";
@@ -112,8 +113,10 @@ int plugin_allow_statement(const char *libraries, const char *plugin, char *buf,
     char seen[1024] = ",";
     bool first = true, have = false, quoted;
     char el[256];
-    for (const char *p = libraries ? libraries : "pgoutput, test_decoding";
-         next_element(&p, el, sizeof el, &quoted);) {
+    const char *list = libs != NULL && libs->state == PLUGIN_LIBS_KNOWN
+                           ? libs->value
+                           : "pgoutput, test_decoding";
+    for (const char *p = list; next_element(&p, el, sizeof el, &quoted);) {
         char name[256];
         for (const char *q = el; next_element(&q, name, sizeof name, &quoted);) {
             char key[260];
@@ -138,59 +141,69 @@ int plugin_allow_statement(const char *libraries, const char *plugin, char *buf,
     return (int) (n + sizeof tail - 1);
 }
 
-void plugin_refusal_advice(const char *plugin, const char *libraries, bool slot_exists,
-                           char *buf, size_t cap)
+/* "(currently '...')", or what is known instead. */
+static const char *current(const struct plugin_libs *libs, char *buf, size_t cap)
 {
-    char stmt[600];
-    if (plugin_allow_statement(libraries, plugin, stmt, sizeof stmt) < 0)
+    if (libs != NULL && libs->state == PLUGIN_LIBS_KNOWN)
+        snprintf(buf, cap, "currently '%s'", libs->value);
+    else
+        snprintf(buf, cap, "its value is visible only to superusers and pg_read_all_settings; "
+                 "the statement below assumes the server's default");
+    return buf;
+}
+
+void plugin_refusal_advice(const char *plugin, const struct plugin_libs *libs,
+                           bool slot_exists, char *buf, size_t cap)
+{
+    char stmt[600], cur[600];
+    if (plugin_allow_statement(libs, plugin, stmt, sizeof stmt) < 0)
         snprintf(stmt, sizeof stmt, "ALTER SYSTEM SET " PARAM " = ..., '%s'; SELECT "
                  "pg_reload_conf();", plugin);
     snprintf(buf, cap,
-             "the server refuses the %s output plugin: " PARAM " (currently '%s') does not "
-             "name it. As a superuser run: %s (no restart needed; the relayer tries again "
-             "every few seconds). Or use PostgreSQL's built-in pgoutput instead: %s",
-             plugin, libraries ? libraries : "", stmt,
+             "the server refuses the %s output plugin: " PARAM " (%s) does not name it. As a "
+             "superuser run: %s (no restart needed; the relayer tries again every few "
+             "seconds). Or use PostgreSQL's built-in pgoutput instead: %s",
+             plugin, current(libs, cur, sizeof cur), stmt,
              slot_exists ? "the slot exists with wal2json, so switch it at an LSN without a "
                            "gap or a repeat as docs/operations.md says (\"Choosing and "
                            "switching the output plugin\")"
                          : "start with --plugin pgoutput");
 }
 
-const char *plugin_choose_new(const char *libraries, bool wal2json_missing, char *why,
-                              size_t whylen)
+const char *plugin_choose_new(const struct plugin_libs *libs, bool refused, bool missing,
+                              char *why, size_t whylen)
 {
-    if (wal2json_missing) {
+    if (missing) {
         snprintf(why, whylen, "wal2json is not installed on the server, so the new slot uses "
                  "PostgreSQL's built-in pgoutput (to have wal2json instead, install the server's "
                  "wal2json package before the slot is created)");
         return "pgoutput";
     }
-    if (!plugin_allowed(libraries, "wal2json")) {
-        char stmt[600];
-        if (plugin_allow_statement(libraries, "wal2json", stmt, sizeof stmt) < 0)
+    if (refused || !plugin_allowed(libs, "wal2json")) {
+        char stmt[600], cur[600];
+        if (plugin_allow_statement(libs, "wal2json", stmt, sizeof stmt) < 0)
             *stmt = '\0';
-        snprintf(why, whylen, PARAM " ('%s') does not name wal2json, so the new slot uses "
-                 "PostgreSQL's built-in pgoutput (to have wal2json instead, run %s before the slot "
-                 "is created)",
-                 libraries ? libraries : "", stmt);
+        snprintf(why, whylen, PARAM " (%s) does not name wal2json, so the new slot uses "
+                 "PostgreSQL's built-in pgoutput (to have wal2json instead, run %s before the "
+                 "slot is created)", current(libs, cur, sizeof cur), stmt);
         return "pgoutput";
     }
     snprintf(why, whylen, "the server allows wal2json%s, so the new slot uses it",
-             libraries ? " (" PARAM " names it)" : "");
+             libs != NULL && libs->state == PLUGIN_LIBS_KNOWN ? " (" PARAM " names it)" : "");
     return "wal2json";
 }
 
-void plugin_describe_server(int server_version, bool has_plugin_libraries, char *buf,
+void plugin_describe_server(int server_version, const struct plugin_libs *libs, char *buf,
                             size_t cap)
 {
     int major = server_version / 10000;
+    bool absent = libs == NULL || libs->state == PLUGIN_LIBS_ABSENT;
     snprintf(buf, cap,
              "%s; pgoutput protocol 1 (what the relayer asks for on every major)%s%s%s",
-             has_plugin_libraries
-                 ? "output_plugin_libraries restricts output plugins (wal2json must be named "
-                   "there)"
-                 : "no output_plugin_libraries (a minor before the November 2026 releases: "
-                   "every installed plugin loads)",
+             !absent ? "output_plugin_libraries restricts output plugins (wal2json must be "
+                       "named there)"
+                     : "no output_plugin_libraries (a minor before the November 2026 releases: "
+                       "every installed plugin loads)",
              major >= 16 ? "; logical decoding on a standby possible"
                          : "; no logical decoding on a standby (16+)",
              major >= 17 ? "; failover slots (--failover-slot) possible"

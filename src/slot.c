@@ -68,26 +68,16 @@ static int switch_plugin(struct slot *s, const char *plugin)
     return STREAM_PLUGIN;
 }
 
-int slot_plugin_libraries(struct slot *s, char *buf, size_t cap)
+int slot_plugin_libraries(struct slot *s, struct plugin_libs *libs)
 {
-    *buf = '\0';
-    PGresult *res = slot_exec(s, "SHOW output_plugin_libraries");
-    int rc = 1;
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
-        snprintf(buf, cap, "%s", PQgetvalue(res, 0, 0));
-    } else {
-        const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-        if (state != NULL && strcmp(state, "42704") == 0) { /* undefined_object */
-            rc = 0;
-        } else {
-            char msg[SLOT_MSGLEN];
-            pgconn_failure(s->conn, res, msg, sizeof msg);
-            rc = fail(s, error_rc(s), "slot=%s: SHOW output_plugin_libraries failed: %s",
-                      s->name, msg);
-        }
-    }
-    PQclear(res);
-    return rc;
+    char buf[sizeof libs->value];
+    int rc = pgconn_show(s->conn, "output_plugin_libraries", s->query_timeout, buf, sizeof buf);
+    if (rc < 0)
+        return fail(s, error_rc(s), "slot=%s: SHOW output_plugin_libraries failed: %s", s->name,
+                    buf);
+    libs->state = rc == 1 ? PLUGIN_LIBS_KNOWN : rc == 2 ? PLUGIN_LIBS_HIDDEN : PLUGIN_LIBS_ABSENT;
+    snprintf(libs->value, sizeof libs->value, "%s", buf);
+    return STREAM_OK;
 }
 
 /* The server refused s->plugin (msg): without --plugin a new slot is made
@@ -95,18 +85,18 @@ int slot_plugin_libraries(struct slot *s, char *buf, size_t cap)
  * statement that allows it (plugin.h). */
 static int refused(struct slot *s, const char *msg, bool exists)
 {
-    char libs[512];
-    int has = slot_plugin_libraries(s, libs, sizeof libs);
-    if (has < 0)
-        return has;
+    struct plugin_libs libs;
+    int rc = slot_plugin_libraries(s, &libs);
+    if (rc != STREAM_OK)
+        return rc;
     if (s->plugin_auto && !exists) {
         char why[900];
-        const char *p = plugin_choose_new(has ? libs : NULL, false, why, sizeof why);
+        const char *p = plugin_choose_new(&libs, true, false, why, sizeof why);
         fail(s, STREAM_PLUGIN, "slot=%s: %s", s->name, why);
         return switch_plugin(s, p);
     }
     char advice[1400];
-    plugin_refusal_advice(s->plugin, has ? libs : NULL, exists, advice, sizeof advice);
+    plugin_refusal_advice(s->plugin, &libs, exists, advice, sizeof advice);
     return fail(s, STREAM_REFUSED, "slot=%s: %s (server said: %s)", s->name, advice, msg);
 }
 
@@ -381,11 +371,12 @@ static int create_new(struct slot *s)
                     "not carried to a promoted standby (see docs/deploy.md)",
                     s->name, PQserverVersion(s->conn));
     if (s->plugin_auto && strcmp(s->plugin, "wal2json") == 0) {
-        char libs[512], why[900];
-        int has = slot_plugin_libraries(s, libs, sizeof libs);
-        if (has < 0)
-            return has;
-        const char *p = plugin_choose_new(has ? libs : NULL, false, why, sizeof why);
+        struct plugin_libs libs;
+        char why[900];
+        int rc = slot_plugin_libraries(s, &libs);
+        if (rc != STREAM_OK)
+            return rc;
+        const char *p = plugin_choose_new(&libs, false, false, why, sizeof why);
         if (strcmp(p, s->plugin) != 0) {
             fail(s, STREAM_PLUGIN, "slot=%s: %s", s->name, why);
             return switch_plugin(s, p);
@@ -435,7 +426,7 @@ static int create_new(struct slot *s)
         pgconn_failure(s->conn, res, msg, sizeof msg);
         char pkg[128], why[900];
         if (slot_plugin_missing(s->plugin, msg) && s->plugin_auto) {
-            const char *p = plugin_choose_new(NULL, true, why, sizeof why);
+            const char *p = plugin_choose_new(NULL, false, true, why, sizeof why);
             fail(s, STREAM_PLUGIN, "slot=%s: %s (server said: %s)", s->name, why, msg);
             rc = switch_plugin(s, p);
         } else if (plugin_refused_error(msg))

@@ -28,8 +28,7 @@
 struct verdict {
     FILE *out;
     int unhealthy;
-    bool has_plugin_libraries; /* the server has output_plugin_libraries */
-    char plugin_libraries[512];
+    struct plugin_libs libs;   /* the server's output_plugin_libraries */
     bool pgoutput_slot;        /* the slot exists with pgoutput */
 };
 
@@ -73,21 +72,28 @@ static int report_server(PGconn *conn, struct verdict *v)
 {
     PGresult *res = query(conn, "reading the server's version",
                           "SELECT current_setting('server_version_num')::int, "
-                          "current_setting('server_version'), (SELECT setting FROM pg_settings "
-                          "WHERE name = 'output_plugin_libraries')", 0, NULL);
+                          "current_setting('server_version')", 0, NULL);
     if (res == NULL)
         return -1;
     int version = atoi(PQgetvalue(res, 0, 0));
-    v->has_plugin_libraries = !PQgetisnull(res, 0, 2);
-    snprintf(v->plugin_libraries, sizeof v->plugin_libraries, "%s",
-             v->has_plugin_libraries ? PQgetvalue(res, 0, 2) : "");
-    char notes[600];
-    plugin_describe_server(version, v->has_plugin_libraries, notes, sizeof notes);
-    fprintf(v->out, "%" KEYW "s PostgreSQL %s (major %d): %s\n", "server",
-            PQgetvalue(res, 0, 1), version / 10000, notes);
-    if (v->has_plugin_libraries)
-        fprintf(v->out, "%" KEYW "s %s\n", "plugins_allowed", v->plugin_libraries);
+    char name[128];
+    snprintf(name, sizeof name, "%s", PQgetvalue(res, 0, 1));
     PQclear(res);
+    char buf[sizeof v->libs.value];
+    int rc = pgconn_show(conn, "output_plugin_libraries", STATUS_QUERY_TIMEOUT, buf, sizeof buf);
+    v->libs.state = rc == 1 ? PLUGIN_LIBS_KNOWN : rc == 0 ? PLUGIN_LIBS_ABSENT
+                                                          : PLUGIN_LIBS_HIDDEN;
+    snprintf(v->libs.value, sizeof v->libs.value, "%s", rc == 1 ? buf : "");
+    char notes[600];
+    plugin_describe_server(version, &v->libs, notes, sizeof notes);
+    fprintf(v->out, "%" KEYW "s PostgreSQL %s (major %d): %s\n", "server", name,
+            version / 10000, notes);
+    if (v->libs.state != PLUGIN_LIBS_ABSENT)
+        fprintf(v->out, "%" KEYW "s %s\n", "plugins_allowed",
+                v->libs.state == PLUGIN_LIBS_KNOWN ? v->libs.value
+                                                   : "unknown (output_plugin_libraries is "
+                                                     "visible only to superusers and "
+                                                     "pg_read_all_settings)");
     return 0;
 }
 
@@ -160,9 +166,9 @@ static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verd
 
     v->pgoutput_slot = plugin != NULL && strcmp(plugin, "pgoutput") == 0;
     if (plugin != NULL && strcmp(plugin, "wal2json") == 0 &&
-        !plugin_allowed(v->has_plugin_libraries ? v->plugin_libraries : NULL, "wal2json")) {
+        !plugin_allowed(&v->libs, "wal2json")) {
         char advice[1400];
-        plugin_refusal_advice("wal2json", v->plugin_libraries, true, advice, sizeof advice);
+        plugin_refusal_advice("wal2json", &v->libs, true, advice, sizeof advice);
         unhealthy(v, "not streaming: %s", advice);
     }
     if (plugin == NULL)

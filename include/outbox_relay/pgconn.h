@@ -66,6 +66,12 @@ PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *co
  * libpq's messages: every file says a server's reason through it. */
 void pgconn_trim(char *buf, size_t cap, const char *msg);
 
+/* SHOW name (a plain parameter name) with pgconn_exec's timeout, on an
+ * ordinary or a replication connection: 1 with its text in buf, 0 when the
+ * server has no such parameter, 2 when it has it but this role may not
+ * read it (superuser-only parameters), -1 with the reason in buf. */
+int pgconn_show(PGconn *conn, const char *name, double timeout, char *buf, size_t cap);
+
 /* Why a command failed, as one line (pgconn_trim) in buf: res's message
  * (the server's ERROR with its DETAIL and HINT) when res has one, else
  * conn's last message; never empty (without either, it says what is known:

@@ -92,10 +92,10 @@ int slot_create(struct slot *s, lsn_t *confirmed, bool *created);
  * 'running'; STREAM_OK when it says anything else, or there is none. */
 int slot_check_backfill_marker(struct slot *s);
 
-/* The server's output_plugin_libraries into buf: 1 when it has the
- * parameter, 0 when it is older than the parameter (every installed plugin
- * loads; buf ""), or a negative stream_rc with err set. */
-int slot_plugin_libraries(struct slot *s, char *buf, size_t cap);
+/* What the server's output_plugin_libraries is (plugin.h): STREAM_OK, or a
+ * negative stream_rc with err set when it cannot be asked. */
+struct plugin_libs;
+int slot_plugin_libraries(struct slot *s, struct plugin_libs *libs);
 
 /* The server refused the existing slot's plugin (msg, from
  * START_REPLICATION): STREAM_REFUSED with the operator's fix in err

@@ -37,7 +37,7 @@ def demo_processes(work_dir):
     return set(p.stdout.split())
 
 
-@pytest.mark.parametrize("demo_plugin", ["default", "pgoutput"])
+@pytest.mark.parametrize("demo_plugin", ["default", "pgoutput", "server-defaults"])
 def test_demo_end_to_end(demo_plugin):
     # The setup step (apt-get + build) is what tests/run.sh has just done;
     # skip it here so that the test runs against the build under test.
@@ -45,6 +45,10 @@ def test_demo_end_to_end(demo_plugin):
                OUTBOX_RELAY_BUILD=build_dir())
     if demo_plugin == "pgoutput":
         env["DEMO_PLUGIN"] = "pgoutput"
+    if demo_plugin == "server-defaults":
+        # A server nobody configured: output_plugin_libraries refuses
+        # wal2json, and the relayer's default still relays (pgoutput).
+        env["DEMO_SERVER_DEFAULTS"] = "1"
     cmd = readme_commands()[0].split()
     p = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=180)
@@ -54,6 +58,9 @@ def test_demo_end_to_end(demo_plugin):
     m = re.search(r"(\d+) orders committed, (\d+) rolled back", out)
     assert m and int(m.group(1)) >= 3 and int(m.group(2)) >= 1, out[-3000:]
     assert re.search(r"committed orders missing: 0; rolled-back orders present: 0", out)
+    if demo_plugin == "server-defaults":
+        assert "does not name wal2json, so the new slot uses PostgreSQL's built-in pgoutput" \
+            in out, out[-3000:]
     # Nothing left running from the demo's work dir (its PostgreSQL, kcat).
     work = re.search(r" in (/tmp/outbox-demo\.[A-Za-z0-9]+)/pg\b", out)
     assert work, "the demo did not name its work dir:\n" + out[-3000:]

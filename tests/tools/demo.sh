@@ -18,8 +18,12 @@
 # Env: OUTBOX_RELAY_BUILD (default <repo>/build), DEMO_SECONDS (0 = until
 #      Ctrl-C), DEMO_INTERVAL (seconds between orders, default 1),
 #      DEMO_ROLLBACK_EVERY (every Nth order is rolled back, default 4),
-#      DEMO_PLUGIN (wal2json, the default, or pgoutput: the relayer's --plugin;
-#      the publication is sql/008_publication.sql's, loaded with the schema).
+#      DEMO_PLUGIN (the relayer's --plugin: wal2json or pgoutput; unset, the
+#      relayer's default: wal2json where the server allows it, else pgoutput;
+#      the publication is sql/008_publication.sql's, loaded with the schema),
+#      DEMO_SERVER_DEFAULTS=1 (PostgreSQL's output_plugin_libraries left at
+#      its default, which refuses wal2json; otherwise it names wal2json, as
+#      docs/operations.md says).
 
 set -uo pipefail
 
@@ -29,7 +33,8 @@ BUILD=${OUTBOX_RELAY_BUILD:-$REPO/build}
 DEMO_SECONDS=${DEMO_SECONDS:-0}
 DEMO_INTERVAL=${DEMO_INTERVAL:-1}
 DEMO_ROLLBACK_EVERY=${DEMO_ROLLBACK_EVERY:-4}
-DEMO_PLUGIN=${DEMO_PLUGIN:-wal2json}
+DEMO_PLUGIN=${DEMO_PLUGIN:-}
+[ -z "${DEMO_SERVER_DEFAULTS:-}" ] || export PGL_SERVER_DEFAULTS=1
 
 # shellcheck source=tests/tools/pglib.sh
 . "$HERE/pglib.sh"
@@ -50,7 +55,7 @@ for c in kcat psql runuser; do
     command -v "$c" >/dev/null || die "$c not found: apt-get install postgresql-15 postgresql-15-wal2json kcat"
 done
 [ -x "$PGL_BIN/initdb" ] || die "PostgreSQL 15 not found in $PGL_BIN: apt-get install postgresql-15"
-[ "$DEMO_PLUGIN" = pgoutput ] || [ -f "$(dirname "$PGL_BIN")/lib/wal2json.so" ] || die "wal2json not found: apt-get install postgresql-15-wal2json"
+[ "$DEMO_PLUGIN" != wal2json ] || [ -f "$(dirname "$PGL_BIN")/lib/wal2json.so" ] || die "wal2json not found: apt-get install postgresql-15-wal2json"
 
 # --- state and cleanup -----------------------------------------------------------
 WORK=$(mktemp -d /tmp/outbox-demo.XXXXXX)
@@ -100,7 +105,7 @@ trap 'STOP=1' INT TERM
 # servers starting at the same moment): then another port, twice more.
 for try in 1 2 3; do
     PGPORT=$(pgl_free_port) || exit 1
-    say "starting PostgreSQL 15 (wal_level=logical, wal2json) on 127.0.0.1:$PGPORT in $PGDIR"
+    say "starting PostgreSQL 15 (wal_level=logical$([ -n "${PGL_SERVER_DEFAULTS:-}" ] || echo ", wal2json allowed")) on 127.0.0.1:$PGPORT in $PGDIR"
     pgl_start "$PGDIR" "$PGPORT" 2>"$PGDIR.start.err" && break
     if [ "$try" = 3 ] || ! grep -q "Address already in use" "$PGDIR.start.err"; then
         cat "$PGDIR.start.err" >&2
@@ -136,8 +141,10 @@ say "Kafka-protocol broker (librdkafka mock cluster) at $BOOTSTRAP, topic 'order
 
 # --- outbox-relay --------------------------------------------------------------------
 DSN="host=127.0.0.1 port=$PGPORT dbname=postgres user=outbox_relay"
-say "starting: outbox-relay --dsn '$DSN' --brokers $BOOTSTRAP --plugin $DEMO_PLUGIN --status-interval 1"
-setsid "$BUILD/outbox-relay" --dsn "$DSN" --brokers "$BOOTSTRAP" --plugin "$DEMO_PLUGIN" --status-interval 1 \
+plugin_args=()
+[ -z "$DEMO_PLUGIN" ] || plugin_args=(--plugin "$DEMO_PLUGIN")
+say "starting: outbox-relay --dsn '$DSN' --brokers $BOOTSTRAP ${plugin_args[*]} --status-interval 1"
+setsid "$BUILD/outbox-relay" --dsn "$DSN" --brokers "$BOOTSTRAP" "${plugin_args[@]}" --status-interval 1 \
     2>"$WORK/relay.log" &
 RELAY_PID=$!
 # shellcheck disable=SC2016  # $1 is expanded by the inner bash

@@ -1,5 +1,7 @@
 # shellcheck shell=bash
 # pglib.sh — throwaway PostgreSQL 15 clusters for shell scripts (sourced).
+# Configured as docs/operations.md says (wal2json named in
+# output_plugin_libraries) unless PGL_SERVER_DEFAULTS=1.
 #
 # The same recipe as tests/integration/harness.py: a temp dir owned by the
 # postgres user (PostgreSQL refuses to run as root), initdb with trust auth,
@@ -40,8 +42,10 @@ pgl_start() {
     opts+=" -c max_replication_slots=10 -c max_wal_senders=10 -c wal_sender_timeout=10s"
     opts+=" -c fsync=off -c full_page_writes=off"
     # As docs/operations.md tells users: since the November 2026 minors a
-    # non-core output plugin (wal2json) must be named here.
-    if "$PGL_BIN/postgres" --describe-config 2>/dev/null | grep -q '^output_plugin_libraries'; then
+    # non-core output plugin (wal2json) must be named here. PGL_SERVER_DEFAULTS=1
+    # leaves it at the server's default (wal2json refused).
+    if [ -z "${PGL_SERVER_DEFAULTS:-}" ] &&
+        "$PGL_BIN/postgres" --describe-config 2>/dev/null | grep -q '^output_plugin_libraries'; then
         opts+=" -c output_plugin_libraries='pgoutput,test_decoding,wal2json'"
     fi
     while [ $# -gt 0 ]; do

@@ -24,47 +24,59 @@
         }                                                                      \
     } while (0)
 
+static const struct plugin_libs *known(const char *value)
+{
+    static struct plugin_libs l;
+    l.state = PLUGIN_LIBS_KNOWN;
+    snprintf(l.value, sizeof l.value, "%s", value);
+    return &l;
+}
+
+static const struct plugin_libs absent = {PLUGIN_LIBS_ABSENT, ""};
+static const struct plugin_libs hidden = {PLUGIN_LIBS_HIDDEN, ""};
+
 static void test_allowed(void)
 {
-    CHECK(plugin_allowed(NULL, "wal2json")); /* a server before the parameter */
-    CHECK(!plugin_allowed("pgoutput, test_decoding", "wal2json"));
-    CHECK(plugin_allowed("pgoutput, test_decoding", "pgoutput"));
-    CHECK(plugin_allowed("pgoutput, test_decoding, wal2json", "wal2json"));
-    CHECK(plugin_allowed("pgoutput,wal2json", "wal2json"));
-    CHECK(plugin_allowed("\"wal2json\"", "wal2json"));
-    CHECK(plugin_allowed("$libdir/wal2json", "wal2json"));
-    CHECK(plugin_allowed("wal2json.so", "wal2json"));
-    CHECK(!plugin_allowed("wal2json_v2", "wal2json"));
-    CHECK(!plugin_allowed("", "wal2json"));
+    CHECK(plugin_allowed(&absent, "wal2json")); /* a server before the parameter */
+    CHECK(plugin_allowed(&hidden, "wal2json"));  /* not known to refuse: try */
+    CHECK(!plugin_allowed(known("pgoutput, test_decoding"), "wal2json"));
+    CHECK(plugin_allowed(known("pgoutput, test_decoding"), "pgoutput"));
+    CHECK(plugin_allowed(known("pgoutput, test_decoding, wal2json"), "wal2json"));
+    CHECK(plugin_allowed(known("pgoutput,wal2json"), "wal2json"));
+    CHECK(plugin_allowed(known("\"wal2json\""), "wal2json"));
+    CHECK(plugin_allowed(known("$libdir/wal2json"), "wal2json"));
+    CHECK(plugin_allowed(known("wal2json.so"), "wal2json"));
+    CHECK(!plugin_allowed(known("wal2json_v2"), "wal2json"));
+    CHECK(!plugin_allowed(known(""), "wal2json"));
     /* ALTER SYSTEM SET ... = 'pgoutput, test_decoding, wal2json' stores one
      * quoted element, which the server does not split: still refused. */
-    CHECK(!plugin_allowed("\"pgoutput, test_decoding, wal2json\"", "wal2json"));
+    CHECK(!plugin_allowed(known("\"pgoutput, test_decoding, wal2json\""), "wal2json"));
 }
 
 static void test_statement(void)
 {
     char b[600];
-    CHECK(plugin_allow_statement("pgoutput, test_decoding", "wal2json", b, sizeof b) > 0);
+    CHECK(plugin_allow_statement(known("pgoutput, test_decoding"), "wal2json", b, sizeof b) > 0);
     CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
                  "'wal2json'; SELECT pg_reload_conf();");
     /* The mis-quoted form is split into its names, each once. */
-    CHECK(plugin_allow_statement("\"pgoutput, test_decoding, wal2json\"", "wal2json", b,
+    CHECK(plugin_allow_statement(known("\"pgoutput, test_decoding, wal2json\""), "wal2json", b,
                                  sizeof b) > 0);
     CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
                  "'wal2json'; SELECT pg_reload_conf();");
     /* What is there stays, in its order; a name already there is not added. */
-    CHECK(plugin_allow_statement("test_decoding, pgoutput, my_plugin", "wal2json", b,
+    CHECK(plugin_allow_statement(known("test_decoding, pgoutput, my_plugin"), "wal2json", b,
                                  sizeof b) > 0);
     CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'test_decoding', 'pgoutput', "
                  "'my_plugin', 'wal2json'; SELECT pg_reload_conf();");
-    CHECK(plugin_allow_statement("", "wal2json", b, sizeof b) > 0);
+    CHECK(plugin_allow_statement(known(""), "wal2json", b, sizeof b) > 0);
     CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'wal2json'; SELECT "
                  "pg_reload_conf();");
-    CHECK(plugin_allow_statement("it's", "wal2json", b, sizeof b) > 0);
+    CHECK(plugin_allow_statement(known("it's"), "wal2json", b, sizeof b) > 0);
     CHECK_STR(b, "ALTER SYSTEM SET output_plugin_libraries = 'it''s', 'wal2json'; SELECT "
                  "pg_reload_conf();");
     char small[40];
-    CHECK_EQ_INT(plugin_allow_statement("pgoutput", "wal2json", small, sizeof small), -1);
+    CHECK_EQ_INT(plugin_allow_statement(known("pgoutput"), "wal2json", small, sizeof small), -1);
 }
 
 static void test_refused(void)
@@ -73,12 +85,12 @@ static void test_refused(void)
                                "plugin HINT:  If it is safe ..."));
     CHECK(!plugin_refused_error("ERROR:  could not access file \"wal2json\": No such file"));
     char b[1500];
-    plugin_refusal_advice("wal2json", "pgoutput, test_decoding", false, b, sizeof b);
+    plugin_refusal_advice("wal2json", known("pgoutput, test_decoding"), false, b, sizeof b);
     CHECK(strstr(b, "output_plugin_libraries (currently 'pgoutput, test_decoding')") != NULL);
     CHECK(strstr(b, "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', "
                     "'wal2json'; SELECT pg_reload_conf();") != NULL);
     CHECK(strstr(b, "--plugin pgoutput") != NULL);
-    plugin_refusal_advice("wal2json", "pgoutput, test_decoding", true, b, sizeof b);
+    plugin_refusal_advice("wal2json", known("pgoutput, test_decoding"), true, b, sizeof b);
     CHECK(strstr(b, "switch it at an LSN") != NULL);
     CHECK(strstr(b, "docs/operations.md") != NULL);
 }
@@ -86,14 +98,24 @@ static void test_refused(void)
 static void test_choose(void)
 {
     char why[1000];
-    CHECK_STR(plugin_choose_new(NULL, false, why, sizeof why), "wal2json");
-    CHECK_STR(plugin_choose_new("pgoutput, test_decoding, wal2json", false, why, sizeof why),
+    CHECK_STR(plugin_choose_new(&absent, false, false, why, sizeof why), "wal2json");
+    CHECK_STR(plugin_choose_new(known("pgoutput, test_decoding, wal2json"), false, false, why, sizeof why),
               "wal2json");
-    CHECK_STR(plugin_choose_new("pgoutput, test_decoding", false, why, sizeof why), "pgoutput");
+    CHECK_STR(plugin_choose_new(known("pgoutput, test_decoding"), false, false, why, sizeof why), "pgoutput");
     CHECK(strstr(why, "does not name wal2json") != NULL);
     CHECK(strstr(why, "'pgoutput', 'test_decoding', 'wal2json'") != NULL);
-    CHECK_STR(plugin_choose_new(NULL, true, why, sizeof why), "pgoutput");
+    CHECK_STR(plugin_choose_new(&absent, false, true, why, sizeof why), "pgoutput");
     CHECK(strstr(why, "not installed") != NULL);
+    /* A role that may not read the list: wal2json is tried; once refused,
+     * pgoutput, with the statement for a server at its default. */
+    CHECK_STR(plugin_choose_new(&hidden, false, false, why, sizeof why), "wal2json");
+    CHECK_STR(plugin_choose_new(&hidden, true, false, why, sizeof why), "pgoutput");
+    CHECK(strstr(why, "visible only to superusers") != NULL);
+    CHECK(strstr(why, "'pgoutput', 'test_decoding', 'wal2json'") != NULL);
+    char b[1500];
+    plugin_refusal_advice("wal2json", &hidden, false, b, sizeof b);
+    CHECK(strstr(b, "visible only to superusers") != NULL);
+    CHECK(strstr(b, "'pgoutput', 'test_decoding', 'wal2json'") != NULL);
 }
 
 /* A failed command is never said with an empty reason: a result without a
