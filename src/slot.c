@@ -265,12 +265,14 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
     char *lit = PQescapeLiteral(s->conn, s->name, strlen(s->name));
     if (lit == NULL)
         return fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->name);
-    char sql[512];
+    char sql[640];
+    /* invalidation_reason (17+): why a slot was invalidated; on 18 also for
+     * idle_replication_slot_timeout, which leaves wal_status as it was. */
     snprintf(sql, sizeof sql,
              "SELECT plugin, slot_type, database, database = current_database(), active, "
-             "active_pid, wal_status, confirmed_flush_lsn FROM pg_replication_slots "
+             "active_pid, wal_status, confirmed_flush_lsn, %s FROM pg_replication_slots "
              "WHERE slot_name = %s",
-             lit);
+             PQserverVersion(s->conn) >= 170000 ? "invalidation_reason" : "NULL::text", lit);
     PQfreemem(lit);
     PGresult *res = query(s, sql, "looking up the slot in pg_replication_slots");
     if (res == NULL)
@@ -307,6 +309,24 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
     } else if (!same_db) {
         rc = fail(s, STREAM_FATAL, "slot=%s belongs to database \"%s\", not to the one in "
                   "--dsn: connect to that database or choose another --slot", s->name, db);
+    } else if (!PQgetisnull(res, 0, 8)) {
+        const char *reason = PQgetvalue(res, 0, 8);
+        rc = fail(s, STREAM_FATAL,
+                  "slot=%s was invalidated by the server (invalidation_reason = %s%s). Events "
+                  "committed since its confirmed position %s may not have been relayed. Drop "
+                  "the slot and start again with --recreate-slot --backfill pending%s",
+                  s->name, reason,
+                  strcmp(reason, "idle_timeout") == 0
+                      ? ": it was inactive longer than idle_replication_slot_timeout"
+                  : strcmp(reason, "wal_removed") == 0
+                      ? ": the WAL it needed was removed, see max_slot_wal_keep_size"
+                      : "",
+                  flush,
+                  strcmp(reason, "idle_timeout") == 0
+                      ? "; set idle_replication_slot_timeout to 0 (off) or above the longest "
+                        "time the relayer may be stopped"
+                  : strcmp(reason, "wal_removed") == 0 ? ", and raise max_slot_wal_keep_size"
+                                                       : "");
     } else if (strcmp(wal_status, "lost") == 0) {
         rc = fail(s, STREAM_FATAL,
                   "slot=%s was invalidated (wal_status = lost): the server removed WAL it "

@@ -143,6 +143,7 @@ def test_rule_metrics_exist_in_a_real_scrape(pg_factory, broker, kafka, relayer)
     p, port = start_with_metrics(relayer, ["--dsn", pg.dsn(), "--brokers", broker.bootstrap],
                                  "--retention", "1 hour", "--reap-interval", "1",
                                  "--plugin", "pgoutput")
+    p.wait_for_log("streaming", timeout=30)  # rows committed before the slot are not relayed
     pg.query("INSERT INTO events_outbox (aggregate_id, type, payload) "
              "SELECT gen_random_uuid(), 'order.created', jsonb_build_object('i', g) "
              "FROM generate_series(1, 5) g")

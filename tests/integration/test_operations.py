@@ -464,6 +464,9 @@ def test_kafka_ack_latency_is_the_brokers_share(pg, broker, kafka, relayer, rela
     300 ms, each event's produce-to-acknowledgement time is above 0.25 s
     (and above 0.3 s on average), and commit-to-delivery contains it."""
     p, port = start_with_metrics(relayer, relay_args)
+    # Only rows committed after the slot exists are relayed: committing
+    # before the relayer says it streams raced the slot's creation.
+    p.wait_for_log("streaming", timeout=30)
     insert(pg, 3)  # warm: metadata, producer id
     s = wait_metric(port, lambda s: metric(s, "outbox_relay_kafka_ack_latency_seconds_count") == 3,
                     30, "3 acknowledgements")
