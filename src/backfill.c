@@ -582,8 +582,9 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
     int64_t expected = 0;
     bool exact = true;
     if (m.has_max) {
-        snprintf(sql, sizeof sql, "SELECT 1 FROM %s.%s o WHERE %s AND o.id <= $1 %s", qschema,
-                 qtable, pending, m.has_done ? "AND o.id > $2" : "");
+        snprintf(sql, sizeof sql, "SELECT 1 FROM %s.%s o WHERE %s AND o.%s <= $1 %s%s%s",
+                 qschema, qtable, pending, qid, m.has_done ? "AND o." : "",
+                 m.has_done ? qid : "", m.has_done ? " > $2" : "");
         expected = rowcount_bounded(conn, sql, m.has_done ? 2 : 1, pc, &exact);
     }
     snprintf(err, sizeof err, "slot=%s: backfill", b->slot);

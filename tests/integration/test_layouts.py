@@ -362,3 +362,20 @@ def test_cloudevents_read_back_by_outbox_consume(pg, broker, kafka, relayer, con
     assert ids == sorted(rows)
     assert p.terminate(20) == 0
     assert "1 duplicates" in p.log_text() or "1 duplicate" in p.log_text(), p.log_tail()
+
+
+def test_backfill_progress_total_on_a_mapped_id(pg, broker, kafka, relayer):
+    """The backfill's progress total counts rows by the mapped --column-id
+    (it once named o.id, and the total silently went missing)."""
+    pg.query("CREATE TABLE public.my_events (event_no bigint GENERATED ALWAYS AS IDENTITY, "
+             "kind text NOT NULL, body jsonb, occurred_at timestamptz NOT NULL DEFAULT now())")
+    pg.query("INSERT INTO public.my_events (kind, body) "
+             "SELECT 'order.old', jsonb_build_object('i', g) FROM generate_series(1, 50) g")
+    r = start(relayer, pg, broker, "--table", "public.my_events", "--column-id", "event_no",
+              "--column-key", "none", "--column-type", "kind", "--column-payload", "body",
+              "--column-created-at", "occurred_at", "--backfill", "pending")
+    assert len(kafka.read("order", 50)) == 50
+    r.wait_for_log(r"backfill: finished: 50 rows", timeout=30)
+    assert "backfill: 0 of 50 rows" in r.log_text(), r.log_text()
+    assert "total unknown" not in r.log_text()
+    assert 'column o.id does not exist' not in pg.log_text()
