@@ -14,6 +14,7 @@
 #include "outbox_relay/event_headers.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
+#include "outbox_relay/report_judge.h"
 #include "outbox_relay/sink.h"
 #include "outbox_relay/stream.h"
 #include "outbox_relay/tracker.h"
@@ -120,7 +121,22 @@ static lsn_t report_lsn(const struct relay *r, uint64_t token)
 void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
 {
     struct relay *r = ctx;
-    if (rep->err == 0) {
+    bool backfill = is_backfill(token);
+    struct tracker *t = backfill ? r->bf_tracker : r->tracker;
+    uint64_t tt = backfill ? token & ~BACKFILL_TOKEN : token;
+    struct report_facts f = {
+        .delivered = rep->err == 0,
+        .backfill = backfill,
+        .live = rep->err == 0 || tracker_token_live(t, tt),
+        .waits = kafka_err_waits(rep->cls),
+        .poison = rep->poison,
+        .dead_letter_policy = r->cfg->on_poison == POISON_DEAD_LETTER,
+        .rewinding = r->rewind,
+        .to_dead_letter_topic = r->cfg->dead_letter_topic != NULL &&
+                                strcmp(rep->topic, r->cfg->dead_letter_topic) == 0,
+    };
+    enum report_verdict v = report_judge(&f);
+    if (v == REPORT_ACK) {
         r->stats.events_delivered++;
         if (r->metrics) {
             /* Delivered when the broker's answer came in, not when the
@@ -132,54 +148,42 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
                                     rep->ack_latency_us >= 0 ? (double) rep->ack_latency_us / 1e6
                                                              : -1);
         }
-        if (is_backfill(token))
-            tracker_ack(r->bf_tracker, token & ~BACKFILL_TOKEN);
-        else
-            tracker_ack(r->tracker, token);
+        tracker_ack(t, tt);
         return;
     }
     r->stats.delivery_errors++;
     if (r->metrics)
         metrics_delivery_error(r->metrics);
-    if (is_backfill(token) && !tracker_token_live(r->bf_tracker, token & ~BACKFILL_TOKEN))
-        return; /* a row of an interrupted backfill run: the run now going sends it again */
-    if (is_backfill(token) && kafka_err_waits(rep->cls)) {
-        /* Retriable: the backfill run stops (relay_backfill.c) and is
-         * resumed after a backoff from its last acknowledged batch; the
-         * slot is not streamed meanwhile. */
+    lsn_t lsn = v == REPORT_STALE ? 0 : report_lsn(r, token);
+    switch (v) {
+    case REPORT_ACK:
+    case REPORT_SKIP: /* produced again after the rewind, and judged then */
+        return;
+    case REPORT_STALE:
+        log_debug("event_id=%s topic=%s: delivery failed (%s) for an earlier round; produced "
+                  "again since", rep->event_id, rep->topic, rep->errstr);
+        return;
+    case REPORT_BACKFILL_RETRY:
+        /* The backfill run stops (relay_backfill.c) and is resumed after a
+         * backoff from its last acknowledged batch; the slot is not
+         * streamed meanwhile. */
         if (!r->bf_retry)
             log_warn("slot=%s: backfill: delivery failed for event_id=%s topic=%s: %s (%s); "
                      "the backfill is resumed from its last acknowledged rows", r->cfg->slot,
                      rep->event_id, rep->topic, rep->errstr, kafka_err_class_name(rep->cls));
         r->bf_retry = true;
         return;
-    }
-    if (!is_backfill(token) && !tracker_token_live(r->tracker, token)) {
-        /* From before a rewind or reconnect: the server sends the event
-         * again (it was never confirmed), and that copy is tracked. */
-        log_debug("event_id=%s topic=%s: delivery failed (%s) for an earlier round; produced "
-                  "again since", rep->event_id, rep->topic, rep->errstr);
-        return;
-    }
-    lsn_t lsn = report_lsn(r, token);
-    if (!is_backfill(token) && kafka_err_waits(rep->cls)) {
+    case REPORT_REWIND:
         relay_request_rewind(r, rep->cls,
                              "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
                              ": %s (%s)", rep->event_id, rep->event_type, rep->topic,
                              LSN_ARGS(lsn), rep->errstr, kafka_err_class_name(rep->cls));
         return;
-    }
-    bool to_dl = r->cfg->dead_letter_topic != NULL &&
-                 strcmp(rep->topic, r->cfg->dead_letter_topic) == 0;
-    switch (deadletter_judge(r->cfg->on_poison == POISON_DEAD_LETTER, rep->poison, r->rewind,
-                             to_dl)) {
-    case DEADLETTER_SKIP:
-        return; /* produced again after the rewind, and judged then */
-    case DEADLETTER_SEND:
+    case REPORT_DEAD_LETTER:
         if (deadletter_queue_push(&r->dlq, token, lsn, rep) == 0)
             return; /* sent by the loop (relay_serve_dead_letters) */
-        break;
-    case DEADLETTER_HALT:
+        break;      /* out of memory: halting is all that is left */
+    case REPORT_HALT:
         break;
     }
     relay_set_fatal(r,
@@ -187,8 +191,8 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
                     "slot stays at " LSN_FMT " and nothing after this event is confirmed. %s",
                     rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn), rep->errstr,
                     LSN_ARGS(tracker_confirmed(r->tracker)),
-                    is_backfill(token) ? "It was a backfill delivery: the backfill stays "
-                                         "unfinished and the next start redoes or resumes it"
+                    backfill ? "It was a backfill delivery: the backfill stays "
+                               "unfinished and the next start redoes or resumes it"
                     : rep->poison && r->cfg->on_poison == POISON_HALT
                         ? "Fix the cause and restart, or run with --on-poison dead-letter"
                     : rep->poison ? "The dead-letter topic refused it too: fix the cause and "

@@ -1,0 +1,92 @@
+/*
+ * test_report_judge.c — every verdict of report_judge (report_judge.h),
+ * then its rules checked over all 256 combinations of the facts: a
+ * delivered report is always acked; a failure of a token no longer tracked
+ * is stale; a retriable failure rewinds a streamed event and retries a
+ * backfill run, never the other way round; a dead letter only for a poison
+ * event under the dead-letter policy, no rewind pending, and not a dead
+ * letter itself; a poison event while rewinding is skipped.
+ */
+#include <string.h>
+
+#include "check.h"
+#include "outbox_relay/report_judge.h"
+
+static struct report_facts failed(void)
+{
+    return (struct report_facts){.live = true};
+}
+
+static void test_each_verdict(void)
+{
+    struct report_facts f = failed();
+    f.delivered = true;
+    f.live = false; /* acked whatever the tracker says */
+    CHECK_EQ_INT(report_judge(&f), REPORT_ACK);
+
+    f = failed();
+    f.live = false;
+    CHECK_EQ_INT(report_judge(&f), REPORT_STALE);
+    f.backfill = true; /* a row of an interrupted backfill run */
+    CHECK_EQ_INT(report_judge(&f), REPORT_STALE);
+
+    f = failed();
+    f.waits = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_REWIND);
+    f.backfill = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_BACKFILL_RETRY);
+
+    f = failed();
+    f.poison = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_HALT); /* --on-poison halt */
+    f.dead_letter_policy = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_DEAD_LETTER);
+    f.backfill = true; /* a backfill row's poison is dead-lettered alike */
+    CHECK_EQ_INT(report_judge(&f), REPORT_DEAD_LETTER);
+    f.rewinding = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_SKIP);
+    f.rewinding = false;
+    f.to_dead_letter_topic = true; /* the dead letter itself failed */
+    CHECK_EQ_INT(report_judge(&f), REPORT_HALT);
+
+    f = failed(); /* not poison, not retriable: the producer failed */
+    f.dead_letter_policy = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_HALT);
+
+    CHECK(strcmp(report_verdict_name(REPORT_BACKFILL_RETRY), "backfill-retry") == 0);
+    CHECK(strcmp(report_verdict_name(REPORT_HALT), "halt") == 0);
+}
+
+static void test_rules_over_every_combination(void)
+{
+    for (unsigned bits = 0; bits < 256; bits++) {
+        struct report_facts f = {
+            .delivered = bits & 1, .backfill = bits & 2, .live = bits & 4, .waits = bits & 8,
+            .poison = bits & 16, .dead_letter_policy = bits & 32, .rewinding = bits & 64,
+            .to_dead_letter_topic = bits & 128};
+        enum report_verdict v = report_judge(&f);
+        CHECK((v == REPORT_ACK) == f.delivered);
+        if (f.delivered)
+            continue;
+        CHECK((v == REPORT_STALE) == !f.live);
+        if (!f.live)
+            continue;
+        CHECK(v != REPORT_REWIND || (!f.backfill && f.waits));
+        CHECK(v != REPORT_BACKFILL_RETRY || (f.backfill && f.waits));
+        if (f.waits)
+            CHECK(v == (f.backfill ? REPORT_BACKFILL_RETRY : REPORT_REWIND));
+        CHECK(v != REPORT_DEAD_LETTER || (f.poison && f.dead_letter_policy && !f.rewinding &&
+                                          !f.to_dead_letter_topic));
+        CHECK(v != REPORT_SKIP || (f.poison && f.rewinding));
+        if (!f.waits && !f.poison)
+            CHECK(v == REPORT_HALT);
+        CHECK(strcmp(report_verdict_name(v), "?") != 0);
+    }
+}
+
+int main(void)
+{
+    test_each_verdict();
+    test_rules_over_every_combination();
+    CHECK_DONE();
+}
