@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "outbox_relay/clock.h"
 #include "outbox_relay/decoder.h"
@@ -411,19 +410,12 @@ int stream_consume(struct stream *s)
     return 0;
 }
 
-static int64_t now_unix_us(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
-}
-
 int stream_send_status(struct stream *s, lsn_t write, lsn_t flush, bool reply_requested)
 {
     if (s->conn == NULL)
         return fail(s, STREAM_RETRY, "slot=%s: not connected", s->slot);
     char buf[WIRE_STATUS_LEN];
-    size_t n = wire_build_status(buf, write, flush, flush, wire_unix_to_pg_us(now_unix_us()),
+    size_t n = wire_build_status(buf, write, flush, flush, wire_unix_to_pg_us(wall_now_us()),
                                  reply_requested);
     if (PQputCopyData(s->conn, buf, (int) n) < 0 || PQflush(s->conn) < 0) {
         char m[STREAM_ERRLEN];
