@@ -404,6 +404,18 @@ enum check_status check_classify_slot(const struct check_slot_row *row, const ch
         snprintf(held, sizeof held, "inactive");
     snprintf(detail, dlen, "slot %s (%s): %s, wal_status %s, lag %s", slot, plugin, held, ws,
              lag);
+    if (row->invalidation_reason != NULL) {
+        snprintf(detail, dlen, "slot %s (%s) was invalidated by the server: "
+                 "invalidation_reason %s, wal_status %s", slot, plugin, row->invalidation_reason,
+                 ws);
+        snprintf(fix, flen, "events committed since its confirmed position may be missing: "
+                 "drop it and start with --recreate-slot --backfill pending; %s",
+                 strcmp(row->invalidation_reason, "idle_timeout") == 0
+                     ? "set idle_replication_slot_timeout to 0 (off) or above the longest "
+                       "time the relayer may be stopped"
+                     : "raise max_slot_wal_keep_size");
+        return CHECK_FAIL;
+    }
     if (strcmp(ws, "lost") == 0) {
         snprintf(fix, flen, "WAL the slot needs was removed and events may be missing: drop "
                  "it and start with --recreate-slot --backfill pending; raise "

@@ -428,12 +428,14 @@ void check_slot(struct check_ctx *c)
         return;
     char msg[MSGLEN], detail[1024], fix[600];
     const char *p[] = {c->cfg->slot};
-    PGresult *res = check_query(
-        c, PGRES_TUPLES_OK,
-        "SELECT slot_type, plugin, database = current_database(), database, active, "
-        "active_pid::text, wal_status, pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN "
-        "pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, confirmed_flush_lsn)::bigint "
-        "FROM pg_replication_slots WHERE slot_name = $1", 1, p, msg, sizeof msg);
+    char sql[700];
+    snprintf(sql, sizeof sql,
+             "SELECT slot_type, plugin, database = current_database(), database, active, "
+             "active_pid::text, wal_status, pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN "
+             "pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, "
+             "confirmed_flush_lsn)::bigint, %s FROM pg_replication_slots WHERE slot_name = $1",
+             c->server_version >= 170000 ? "invalidation_reason" : "NULL::text");
+    PGresult *res = check_query(c, PGRES_TUPLES_OK, sql, 1, p, msg, sizeof msg);
     if (res == NULL) {
         check_report_addf(c->report, "slot", CHECK_FAIL, NULL, "cannot read slot %s: %s",
                           c->cfg->slot, msg);
@@ -449,6 +451,7 @@ void check_slot(struct check_ctx *c)
             .active_pid = PQgetisnull(res, 0, 5) ? NULL : PQgetvalue(res, 0, 5),
             .wal_status = PQgetisnull(res, 0, 6) ? NULL : PQgetvalue(res, 0, 6),
             .lag_bytes = PQgetisnull(res, 0, 7) ? -1 : atoll(PQgetvalue(res, 0, 7)),
+            .invalidation_reason = PQgetisnull(res, 0, 8) ? NULL : PQgetvalue(res, 0, 8),
         };
         enum check_status st = check_classify_slot(&row, c->cfg->slot, plugin_name(c),
                                                    c->cfg->max_lag_bytes, detail,

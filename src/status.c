@@ -101,17 +101,23 @@ static int report_server(PGconn *conn, struct verdict *v)
 static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verdict *v)
 {
     const char *params[] = {cfg->slot};
-    PGresult *res = query(conn, "reading the slot",
-                          "SELECT s.plugin, s.database, s.database = current_database(), "
-                          "s.active, s.active_pid, s.confirmed_flush_lsn::text, "
-                          "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, "
-                          "s.wal_status, s.safe_wal_size, r.pid IS NOT NULL, "
-                          "r.sent_lsn IS NOT NULL, extract(epoch FROM r.flush_lag), "
-                          "r.flush_lsn >= r.sent_lsn "
-                          "FROM pg_replication_slots s "
-                          "LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid "
-                          "WHERE s.slot_name = $1",
-                          1, params);
+    /* 17+: why the server invalidated the slot, and since when it is idle
+     * (18's idle_replication_slot_timeout counts from there). */
+    bool v17 = PQserverVersion(conn) >= 170000;
+    char sql[1200];
+    snprintf(sql, sizeof sql,
+             "SELECT s.plugin, s.database, s.database = current_database(), "
+             "s.active, s.active_pid, s.confirmed_flush_lsn::text, "
+             "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, "
+             "s.wal_status, s.safe_wal_size, r.pid IS NOT NULL, "
+             "r.sent_lsn IS NOT NULL, extract(epoch FROM r.flush_lag), "
+             "r.flush_lsn >= r.sent_lsn, %s, %s "
+             "FROM pg_replication_slots s "
+             "LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid "
+             "WHERE s.slot_name = $1",
+             v17 ? "s.invalidation_reason" : "NULL::text",
+             v17 ? "s.inactive_since::text" : "NULL::text");
+    PGresult *res = query(conn, "reading the slot", sql, 1, params);
     if (res == NULL)
         return -1;
     FILE *out = v->out;
@@ -128,12 +134,15 @@ static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verd
     bool has_walsender = strcmp(PQgetvalue(res, 0, 9), "t") == 0;
     bool can_see = strcmp(PQgetvalue(res, 0, 10), "t") == 0;
     const char *flush_lag = val(res, 11), *caught_up = val(res, 12);
+    const char *invalidated = val(res, 13), *inactive_since = val(res, 14);
 
     fprintf(out, "%" KEYW "s %s\n", "plugin", plugin ? plugin : "(none: physical slot)");
     fprintf(out, "%" KEYW "s %s\n", "database", db ? db : "-");
     bool is_active = active && strcmp(active, "t") == 0;
     fprintf(out, "%" KEYW "s %s\n", "active", is_active ? "yes" : "no");
     fprintf(out, "%" KEYW "s %s\n", "active_pid", pid ? pid : "-");
+    if (inactive_since != NULL)
+        fprintf(out, "%" KEYW "s %s\n", "inactive_since", inactive_since);
     fprintf(out, "%" KEYW "s %s\n", "confirmed_lsn", confirmed ? confirmed : "-");
     char h1[HUMAN_LEN], h2[HUMAN_LEN];
     fprintf(out, "%" KEYW "s %s\n", "lag_bytes", lag ? lag : "unknown");
@@ -176,7 +185,15 @@ static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verd
     else if (same_db == NULL || strcmp(same_db, "t") != 0)
         unhealthy(v, "slot %s belongs to database %s, not the one --dsn connects to",
                   cfg->slot, db ? db : "?");
-    if (wal_status && strcmp(wal_status, "lost") == 0)
+    if (invalidated != NULL)
+        unhealthy(v, "slot %s was invalidated by the server (invalidation_reason %s): events "
+                  "may be lost; drop it and start with --recreate-slot --backfill pending%s",
+                  cfg->slot, invalidated,
+                  strcmp(invalidated, "idle_timeout") == 0
+                      ? ", and set idle_replication_slot_timeout to 0 or above the longest "
+                        "stop of the relayer"
+                      : "");
+    else if (wal_status && strcmp(wal_status, "lost") == 0)
         unhealthy(v, "wal_status lost: WAL the slot needs was removed; events may be lost "
                   "(see docs/operations.md, \"slot lost\")");
     else if (wal_status && strcmp(wal_status, "unreserved") == 0)

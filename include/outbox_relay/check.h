@@ -135,6 +135,8 @@ struct check_slot_row {
     const char *active_pid; /* NULL when inactive */
     const char *wal_status; /* reserved, extended, unreserved, lost (NULL: unknown) */
     long long lag_bytes;    /* -1: unknown */
+    const char *invalidation_reason; /* PostgreSQL 17+: why the server invalidated
+                                        it (idle_timeout, wal_removed, …); NULL: valid */
 };
 
 /* The verdict on an existing slot for the relayer (plugin: "wal2json" or

@@ -219,6 +219,11 @@ static void test_slot(void)
     r = ok, r.wal_status = "lost";
     CHECK_EQ_INT(slot(r, "wal2json", 0, d, f), CHECK_FAIL);
     CHECK(strstr(f, "--recreate-slot") != NULL);
+    r = ok, r.invalidation_reason = "idle_timeout"; /* 18: wal_status may stay reserved */
+    CHECK_EQ_INT(slot(r, "wal2json", 0, d, f), CHECK_FAIL);
+    CHECK(strstr(d, "invalidation_reason idle_timeout") != NULL);
+    CHECK(strstr(f, "idle_replication_slot_timeout") != NULL);
+    CHECK(strstr(f, "--recreate-slot") != NULL);
     r = ok, r.wal_status = "unreserved";
     CHECK_EQ_INT(slot(r, "wal2json", 0, d, f), CHECK_WARN);
     r = ok, r.lag_bytes = 2048, r.active = false, r.active_pid = NULL;
