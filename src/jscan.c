@@ -16,6 +16,8 @@
  */
 #include "outbox_relay/jscan.h"
 
+#include "outbox_relay/hex.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,21 +67,11 @@ static const char esc_char[256] = {
     ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
 };
 
-static inline int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 /* Four hex digits at s (at least 4 bytes readable), or -1. */
 static inline long hex4(const char *s)
 {
-    int a = hexval((unsigned char) s[0]), b = hexval((unsigned char) s[1]);
-    int c = hexval((unsigned char) s[2]), d = hexval((unsigned char) s[3]);
+    int a = hex_digit((unsigned char) s[0]), b = hex_digit((unsigned char) s[1]);
+    int c = hex_digit((unsigned char) s[2]), d = hex_digit((unsigned char) s[3]);
     if ((a | b | c | d) < 0)
         return -1;
     return (long) ((a << 12) | (b << 8) | (c << 4) | d);

@@ -3,16 +3,7 @@
  */
 #include "outbox_relay/lsn.h"
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+#include "outbox_relay/hex.h"
 
 int lsn_parse(const char *s, size_t len, lsn_t *out)
 {
@@ -20,7 +11,7 @@ int lsn_parse(const char *s, size_t len, lsn_t *out)
     size_t i = 0, ndigits = 0;
 
     for (; i < len && s[i] != '/'; i++, ndigits++) {
-        int d = hex_digit(s[i]);
+        int d = hex_digit((unsigned char) s[i]);
         if (d < 0 || ndigits >= 8)
             return -1;
         hi = (hi << 4) | (uint64_t) d;
@@ -30,7 +21,7 @@ int lsn_parse(const char *s, size_t len, lsn_t *out)
     i++; /* '/' */
     ndigits = 0;
     for (; i < len; i++, ndigits++) {
-        int d = hex_digit(s[i]);
+        int d = hex_digit((unsigned char) s[i]);
         if (d < 0 || ndigits >= 8)
             return -1;
         lo = (lo << 4) | (uint64_t) d;

@@ -6,6 +6,8 @@
  */
 #include "outbox_relay/outbox_event.h"
 
+#include "outbox_relay/hex.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -140,25 +142,14 @@ int outbox_event_set_text_id(struct outbox_event *ev, const char *text, size_t l
     return 0;
 }
 
-static inline int hex_value(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 long outbox_hex_decode(const char *text, size_t len, char *out)
 {
     if (len % 2 != 0)
         return -1;
     size_t n = len / 2;
     for (size_t i = 0; i < n; i++) {
-        int hi = hex_value((unsigned char) text[2 * i]);
-        int lo = hex_value((unsigned char) text[2 * i + 1]);
+        int hi = hex_digit((unsigned char) text[2 * i]);
+        int lo = hex_digit((unsigned char) text[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return -1;
         out[i] = (char) (hi << 4 | lo);
