@@ -317,6 +317,11 @@ PG_SETTINGS=(
     checkpoint_timeout=30min logical_decoding_work_mem=64MB wal_sender_timeout=60s
     autovacuum=on log_min_messages=warning log_checkpoints=on
 )
+# As docs/operations.md says: since the November 2026 minors wal2json must
+# be named in output_plugin_libraries (the bench runs both plugins).
+if "$PG_BIN/postgres" --describe-config 2>/dev/null | grep -q '^output_plugin_libraries'; then
+    PG_SETTINGS+=("output_plugin_libraries=pgoutput,test_decoding,wal2json")
+fi
 pg_start() {
     mkdir -p "$work/pg"
     chown postgres:postgres "$work/pg"
