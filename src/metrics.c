@@ -50,6 +50,7 @@ struct metrics *metrics_new(const char *slot)
     m->status = -1;
     m->unlogged = -1;
     m->publication_ok = -1;
+    m->publication_row_filter = -1;
     return m;
 }
 
@@ -279,6 +280,15 @@ void metrics_set_publication(struct metrics *m, int ok, const char *why)
     pthread_mutex_lock(&m->mu);
     m->publication_ok = ok;
     snprintf(m->publication_why, sizeof m->publication_why, "%s", why ? why : "");
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_set_publication_filter(struct metrics *m, int filtered)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->publication_row_filter = filtered;
     pthread_mutex_unlock(&m->mu);
 }
 

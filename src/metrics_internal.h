@@ -89,6 +89,7 @@ struct metrics {
     int64_t unlogged;     /* outbox tables writing no WAL; < 0 unknown */
     int publication_ok;   /* pgoutput: 1 serves the outbox, 0 not, -1 unknown */
     char publication_why[512];
+    int publication_row_filter; /* pgoutput: 1 a row filter, 0 none, -1 unknown */
     char unlogged_fix[256]; /* the ALTER TABLE … SET LOGGED to run */
 
     uint64_t reaped_rows, reap_batches, reap_runs;

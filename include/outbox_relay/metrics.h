@@ -67,6 +67,10 @@ void metrics_set_unlogged(struct metrics *m, int64_t tables, const char *fix);
  * says what is wrong and the fix, copied, truncated to 511 bytes), or is
  * unknown/not used (-1: the gauge is not exported); readiness fails at 0. */
 void metrics_set_publication(struct metrics *m, int ok, const char *why);
+/* pgoutput: whether the publication has a row filter on the outbox (1: the
+ * rows it filters out never reach Kafka), none (0), unknown (-1: the gauge
+ * is not exported). */
+void metrics_set_publication_filter(struct metrics *m, int filtered);
 void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double seconds);
 
 /* Long work (progress.h): the backfill (relay thread) and a reaper run
