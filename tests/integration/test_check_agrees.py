@@ -7,17 +7,18 @@ with the same arguments on the same table and asserts that they agree.
       its hex text, twice the size): 600,000 bytes PASS message_size and
       the relayer delivers them; 1,100,000 bytes FAIL it and the relayer
       takes its --on-poison path (a dead letter)
-  test_mapped_columns_are_measured
+  test_mapped_columns_are_measured[wal2json|pgoutput]
       --column-type/--column-payload name the columns check measures: a
       mapped table whose unmapped "type" and "payload" columns hold other
       things (a topic nobody relays to, 1.1 MB of text) is judged on its
-      mapped ones, as the relayer relays them
+      mapped ones, as the relayer relays them; the index the reaper needs
+      is looked for on the mapped timestamp column
 """
 
 import pytest
 
 import harness
-from test_check import HEALTHY, expect, run_check
+from test_check import HEALTHY, apply_fix, expect, run_check
 
 DLQ = "outbox.dead-letter"
 BIG = 600000      # bytes: fits the default message.max.bytes (1000000), its hex text does not
@@ -65,6 +66,7 @@ def test_bytea_payload_size(relayer, relayer_binary, pg_factory, broker, kafka):
     assert r.terminate() == 0
 
 
+@pytest.mark.usefixtures("plugin")
 def test_mapped_columns_are_measured(relayer, relayer_binary, pg_factory, broker, kafka):
     pg = pg_factory(settings=HEALTHY)
     pg.query("CREATE TABLE public.my_events (event_no bigint GENERATED ALWAYS AS IDENTITY "
@@ -100,3 +102,12 @@ def test_mapped_columns_are_measured(relayer, relayer_binary, pg_factory, broker
     assert dead_letter_ids(kafka, 1) == [two], r.log_tail()
     assert r.running()
     assert r.terminate() == 0
+
+    # the reaper's index is looked for on the mapped timestamp column
+    expect(c, "indexes", "PASS")
+    pg.query("DROP INDEX my_events_occurred_at_idx")
+    c = run_check(relayer_binary, *args)
+    item = expect(c, "indexes", "WARN", detail="no index leads with occurred_at",
+                  fix='CREATE INDEX CONCURRENTLY ON "public"."my_events" ("occurred_at");')
+    apply_fix(pg, item)
+    expect(run_check(relayer_binary, *args), "indexes", "PASS")
