@@ -255,6 +255,25 @@ const char *check_column_name(enum check_column c)
     return c < CHECK_NCOLUMNS ? names[c] : "?";
 }
 
+const char *check_mapped_column(const struct w2j_columns_map *m, enum check_column c)
+{
+    switch (c) {
+    case CHECK_COL_ID: return m->id;
+    case CHECK_COL_AGGREGATE_ID: return m->aggregate_id;
+    case CHECK_COL_TYPE: return m->type;
+    case CHECK_COL_PAYLOAD: return m->payload;
+    case CHECK_COL_CREATED_AT: return m->created_at;
+    default: return NULL;
+    }
+}
+
+int check_payload_size_sql(const char *qcolumn, const char *type, char *buf, size_t cap)
+{
+    bool raw = type != NULL && strcmp(type, "bytea") == 0;
+    int n = snprintf(buf, cap, raw ? "octet_length(%s)" : "octet_length(%s::text)", qcolumn);
+    return n < 0 || (size_t) n >= cap ? -1 : n;
+}
+
 const char *check_column_type(enum check_column c)
 {
     static const char *const types[CHECK_NCOLUMNS] = {

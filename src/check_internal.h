@@ -39,7 +39,8 @@ struct check_ctx {
     bool table_exists, partitioned;
     char table_oid[16];
     char qtable[300];      /* "schema"."table", quoted */
-    bool has_column[CHECK_NCOLUMNS];
+    bool has_column[CHECK_NCOLUMNS]; /* the relayer's column c (its mapped name) exists */
+    char payload_type[64]; /* of that payload column (format_type, no typmod) */
     bool created_at_index;
     long long max_payload; /* bytes, -1 unknown */
     long long payload_rows; /* rows it was measured over */

@@ -108,13 +108,19 @@ void check_columns(struct check_ctx *c)
         PQclear(res);
         return;
     }
+    /* The other checks (the payload's size, the topics, the timestamp's
+     * index) read the columns the relayer reads: the mapped ones, never a
+     * column that merely has a default name. */
+    for (int col = 0; col < CHECK_NCOLUMNS; col++) {
+        const char *mapped = check_mapped_column(m, (enum check_column) col);
+        for (size_t i = 0; mapped != NULL && i < ncols; i++)
+            if (strcmp(cols[i].name, mapped) == 0) {
+                c->has_column[col] = true;
+                if (col == CHECK_COL_PAYLOAD)
+                    snprintf(c->payload_type, sizeof c->payload_type, "%s", cols[i].type);
+            }
+    }
     if (!default_names) {
-        /* The other checks read columns by their default names (the
-         * payload's size, the timestamp's index): only where they exist. */
-        for (int col = 0; col < CHECK_NCOLUMNS; col++)
-            for (size_t i = 0; i < ncols; i++)
-                if (strcmp(cols[i].name, check_column_name((enum check_column) col)) == 0)
-                    c->has_column[col] = true;
         check_report_addf(c->report, "columns", CHECK_PASS, NULL, "the mapped columns exist "
                           "with types the relayer relays (id %s, key %s, type %s, payload %s, "
                           "timestamp %s)", m->id, m->aggregate_id ? m->aggregate_id : "(none)",
@@ -141,7 +147,6 @@ void check_columns(struct check_ctx *c)
                                         c->qtable, name,
                                         check_column_type((enum check_column) col));
         } else {
-            c->has_column[col] = true;
             st = check_classify_column((enum check_column) col, type, c->plugin, why,
                                        sizeof why);
             /* an aggregate id need not be a uuid: text holds any */
@@ -196,13 +201,14 @@ void check_indexes(struct check_ctx *c)
     if (!c->table_exists || !c->has_column[CHECK_COL_CREATED_AT])
         return;
     char msg[MSGLEN], fix[600] = "";
-    const char *p[] = {c->table_oid};
+    const struct w2j_columns_map *m = &c->cfg->columns;
+    const char *p[] = {c->table_oid, m->created_at, m->id};
     PGresult *res = check_query(
         c, PGRES_TUPLES_OK,
-        "SELECT coalesce(bool_or(a.attname = 'created_at'), false), "
-        "coalesce(bool_or(a.attname = 'id'), false) FROM pg_index i "
+        "SELECT coalesce(bool_or(a.attname = $2), false), "
+        "coalesce(bool_or(a.attname = $3), false) FROM pg_index i "
         "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
-        "WHERE i.indrelid = $1::oid AND i.indpred IS NULL", 1, p, msg, sizeof msg);
+        "WHERE i.indrelid = $1::oid AND i.indpred IS NULL", 3, p, msg, sizeof msg);
     if (res == NULL) {
         check_report_addf(c->report, "indexes", CHECK_FAIL, NULL, "cannot read the indexes: %s",
                           msg);
@@ -212,21 +218,31 @@ void check_indexes(struct check_ctx *c)
     bool by_id = is_true(res, 0, 1);
     PQclear(res);
     const char *conc = c->partitioned ? "" : "CONCURRENTLY ";
+    /* the default names as sql/001 writes them, a mapped one quoted */
+    bool plain_ts = strcmp(m->created_at, W2J_DEFAULT_COLUMNS.created_at) == 0;
+    bool plain_id = strcmp(m->id, W2J_DEFAULT_COLUMNS.id) == 0;
+    char *qts = plain_ts ? NULL : PQescapeIdentifier(c->conn, m->created_at,
+                                                     strlen(m->created_at));
+    char *qid = plain_id ? NULL : PQescapeIdentifier(c->conn, m->id, strlen(m->id));
     if (!c->created_at_index)
-        snprintf(fix, sizeof fix, "CREATE INDEX %sON %s (created_at);", conc, c->qtable);
+        snprintf(fix, sizeof fix, "CREATE INDEX %sON %s (%s);", conc, c->qtable,
+                 plain_ts ? m->created_at : qts ? qts : "?");
     if (!by_id && c->has_column[CHECK_COL_ID])
-        snprintf(fix + strlen(fix), sizeof fix - strlen(fix), "%sCREATE INDEX %sON %s (id);",
-                 *fix ? " " : "", conc, c->qtable);
+        snprintf(fix + strlen(fix), sizeof fix - strlen(fix), "%sCREATE INDEX %sON %s (%s);",
+                 *fix ? " " : "", conc, c->qtable, plain_id ? m->id : qid ? qid : "?");
+    PQfreemem(qts);
+    PQfreemem(qid);
     if (*fix == '\0')
         check_report_add(c->report, "indexes", CHECK_PASS,
                          "indexes on created_at (the reaper) and id (the backfill)", NULL);
     else
-        check_report_addf(c->report, "indexes", CHECK_WARN, fix, "%s%s",
-                          c->created_at_index ? ""
-                                              : "no index leads with created_at: every reaper "
-                                                "batch scans the whole table. ",
-                          by_id ? "" : "No index leads with id: --backfill pending and check "
-                                       "scan the whole table.");
+        check_report_addf(c->report, "indexes", CHECK_WARN, fix, "%s%s%s%s%s%s",
+                          c->created_at_index ? "" : "no index leads with ",
+                          c->created_at_index ? "" : m->created_at,
+                          c->created_at_index ? "" : ": every reaper batch scans the whole "
+                                                     "table. ",
+                          by_id ? "" : "No index leads with ", by_id ? "" : m->id,
+                          by_id ? "" : ": --backfill pending and check scan the whole table.");
 }
 
 void check_privileges(struct check_ctx *c)
@@ -433,10 +449,23 @@ void check_contents(struct check_ctx *c)
 {
     if (!c->table_exists || !c->has_column[CHECK_COL_TYPE])
         return;
-    char sql[1024], msg[MSGLEN];
-    const char *order = c->created_at_index ? " ORDER BY created_at DESC" : "";
-    snprintf(sql, sizeof sql, "SELECT DISTINCT type::text FROM (SELECT type FROM %s%s LIMIT "
-             CHECK_TYPE_SAMPLE ") s WHERE type IS NOT NULL LIMIT %d", c->qtable, order,
+    char sql[1024], msg[MSGLEN], order[200] = "", size[300];
+    /* The columns the relayer reads (--layout, --column-*), quoted. */
+    const struct w2j_columns_map *m = &c->cfg->columns;
+    char *qtype = PQescapeIdentifier(c->conn, m->type, strlen(m->type));
+    char *qpay = PQescapeIdentifier(c->conn, m->payload, strlen(m->payload));
+    char *qts = c->created_at_index && m->created_at != NULL
+                    ? PQescapeIdentifier(c->conn, m->created_at, strlen(m->created_at))
+                    : NULL;
+    if (qtype == NULL || qpay == NULL ||
+        check_payload_size_sql(qpay, c->payload_type, size, sizeof size) < 0) {
+        snprintf(c->payload_scope, sizeof c->payload_scope, "not measured: column names");
+        goto done;
+    }
+    if (qts != NULL)
+        snprintf(order, sizeof order, " ORDER BY %s DESC", qts);
+    snprintf(sql, sizeof sql, "SELECT DISTINCT t::text FROM (SELECT %s AS t FROM %s%s LIMIT "
+             CHECK_TYPE_SAMPLE ") s WHERE t IS NOT NULL LIMIT %d", qtype, c->qtable, order,
              CHECK_MAX_TOPICS * 4);
     PGresult *res = check_query(c, PGRES_TUPLES_OK, sql, 0, NULL, msg, sizeof msg);
     if (res != NULL) {
@@ -455,9 +484,10 @@ void check_contents(struct check_ctx *c)
         PQclear(res);
     }
     if (!c->has_column[CHECK_COL_PAYLOAD])
-        return;
-    snprintf(sql, sizeof sql, "SELECT max(octet_length(payload::text)), count(*) FROM "
-             "(SELECT payload FROM %s%s LIMIT " CHECK_PAYLOAD_SAMPLE ") s", c->qtable, order);
+        goto done;
+    /* The size the relayer sends: bytea's bytes, the text of the rest. */
+    snprintf(sql, sizeof sql, "SELECT max(%s), count(*) FROM (SELECT %s FROM %s%s LIMIT "
+             CHECK_PAYLOAD_SAMPLE ") s", size, qpay, c->qtable, order);
     res = check_query(c, PGRES_TUPLES_OK, sql, 0, NULL, msg, sizeof msg);
     if (res != NULL) {
         c->max_payload = PQgetisnull(res, 0, 0) ? 0 : atoll(PQgetvalue(res, 0, 0));
@@ -471,4 +501,8 @@ void check_contents(struct check_ctx *c)
     } else {
         snprintf(c->payload_scope, sizeof c->payload_scope, "not measured: %.120s", msg);
     }
+done:
+    PQfreemem(qtype);
+    PQfreemem(qpay);
+    PQfreemem(qts);
 }

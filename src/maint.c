@@ -67,6 +67,8 @@ struct maint {
     bool in_tick;
     int64_t unlogged; /* outbox tables writing no WAL at the last check; < 0 unknown */
     int publication_ok; /* pgoutput: at the last check, 1 / 0 / -1 unknown */
+    bool row_filter_known; /* a check has seen the publication serve the outbox */
+    char row_filter[512];  /* the row filter it saw then; "" none */
     double last_conn_warn;
     double last_query_warn;
 };
@@ -214,6 +216,37 @@ static int64_t check_logged(struct maint *mt)
     return n;
 }
 
+/* pgoutput: a row filter on a publication that serves the outbox is the
+ * owner's choice (the rows it filters out are skipped by the server, the
+ * slot moves past them, the reaper may delete them: nothing is pending).
+ * The stream says so at each connect; this says so when it changes while
+ * the relayer runs, once per change (publication_filter_change), and keeps
+ * the gauge. */
+static void note_row_filter(struct maint *mt, const char *filter)
+{
+    const struct relay_config *cfg = mt->cfg;
+    switch (publication_filter_change(mt->row_filter_known, mt->row_filter, filter)) {
+    case PUBLICATION_FILTER_ADDED:
+    case PUBLICATION_FILTER_CHANGED:
+        log_warn("slot=%s: publication %s has a row filter on %s.%s: WHERE %s. From that change "
+                 "on, rows it filters out are never sent to the relayer and never reach Kafka, "
+                 "and the slot moves past them. If that is not intended, ALTER PUBLICATION "
+                 "\"%s\" SET TABLE \"%s\".\"%s\" (without a row filter), then republish "
+                 "the rows it filtered out (they stay in the table for --retention)", cfg->slot, cfg->publication, cfg->table_schema,
+                 cfg->table_name, filter, cfg->publication, cfg->table_schema, cfg->table_name);
+        break;
+    case PUBLICATION_FILTER_REMOVED:
+        log_info("slot=%s: publication %s has no row filter on %s.%s any more: every row is "
+                 "relayed", cfg->slot, cfg->publication, cfg->table_schema, cfg->table_name);
+        break;
+    case PUBLICATION_FILTER_SAME:
+        break;
+    }
+    mt->row_filter_known = true;
+    snprintf(mt->row_filter, sizeof mt->row_filter, "%s", filter ? filter : "");
+    metrics_set_publication_filter(mt->m, filter != NULL && *filter != '\0');
+}
+
 /* pgoutput: whether the publication still serves the outbox (publication.h).
  * The stream checks it at each (re)connect; DDL in between makes the server
  * skip outbox rows while keepalives move the slot past them, so this poll
@@ -251,6 +284,8 @@ static int check_publication(struct maint *mt)
                  cfg->publication);
     mt->publication_ok = ok;
     metrics_set_publication(mt->m, ok, ok ? NULL : problem);
+    if (ok)
+        note_row_filter(mt, filtered ? problem : NULL);
     return ok;
 }
 

@@ -50,6 +50,7 @@ struct metrics *metrics_new(const char *slot)
     m->status = -1;
     m->unlogged = -1;
     m->publication_ok = -1;
+    m->publication_row_filter = -1;
     return m;
 }
 
@@ -289,6 +290,15 @@ void metrics_set_plugin_refused(struct metrics *m, const char *why)
     pthread_mutex_lock(&m->mu);
     m->plugin_refused = why != NULL;
     snprintf(m->plugin_refused_why, sizeof m->plugin_refused_why, "%s", why ? why : "");
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_set_publication_filter(struct metrics *m, int filtered)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->publication_row_filter = filtered;
     pthread_mutex_unlock(&m->mu);
 }
 

@@ -91,6 +91,7 @@ struct metrics {
     char publication_why[512];
     bool plugin_refused;  /* the server refuses the slot's output plugin */
     char plugin_refused_why[1024];
+    int publication_row_filter; /* pgoutput: 1 a row filter, 0 none, -1 unknown */
     char unlogged_fix[256]; /* the ALTER TABLE … SET LOGGED to run */
 
     uint64_t reaped_rows, reap_batches, reap_runs;

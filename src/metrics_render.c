@@ -317,6 +317,14 @@ static void render(struct buf *b, const struct metrics *m)
         bprintf(b, "outbox_relay_publication_ok");
         value_i(b, m->publication_ok);
     }
+    if (m->publication_row_filter >= 0) {
+        header(b, "outbox_relay_publication_row_filter", "gauge",
+               "--plugin pgoutput: 1 while the publication has a row filter on the outbox: "
+               "the rows it filters out never reach Kafka (the owner's choice; the log names "
+               "the filter).");
+        bprintf(b, "outbox_relay_publication_row_filter");
+        value_i(b, m->publication_row_filter);
+    }
 
     header(b, "outbox_relay_reaper_rows_deleted_total", "counter",
            "Expired, delivered outbox rows the reaper deleted (for dropped partitions, the "

@@ -108,6 +108,22 @@ enum publication_verdict publication_judge(bool pubinsert, bool viaroot, bool co
     return PUBLICATION_OK;
 }
 
+enum publication_filter_change publication_filter_change(bool known, const char *prev,
+                                                         const char *cur)
+{
+    if (!known)
+        return PUBLICATION_FILTER_SAME; /* the stream's connect said it */
+    bool had = prev != NULL && *prev != '\0';
+    bool has = cur != NULL && *cur != '\0';
+    if (!had && has)
+        return PUBLICATION_FILTER_ADDED;
+    if (had && !has)
+        return PUBLICATION_FILTER_REMOVED;
+    if (had && has && strcmp(prev, cur) != 0)
+        return PUBLICATION_FILTER_CHANGED;
+    return PUBLICATION_FILTER_SAME;
+}
+
 int publication_build_lookup(PGconn *conn, const char *name, const char *schema,
                              const char *table, char *buf, size_t cap)
 {
@@ -228,7 +244,10 @@ int publication_inspect(PGconn *conn, const char *name, const char *schema, cons
         health = PUBLICATION_BROKEN;
     } else {
         *row_filter = st.rowfilter != NULL && *st.rowfilter != '\0';
-        snprintf(why, cap, "publication %s serves the outbox", name);
+        if (*row_filter)
+            snprintf(why, cap, "%s", st.rowfilter);
+        else
+            snprintf(why, cap, "publication %s serves the outbox", name);
         health = PUBLICATION_SERVES;
     }
     PQclear(res);

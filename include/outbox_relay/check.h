@@ -115,6 +115,19 @@ enum check_column { CHECK_COL_ID = 0, CHECK_COL_AGGREGATE_ID, CHECK_COL_TYPE,
 /* The column's name in the outbox table (W2J_DEFAULT_COLUMNS). */
 const char *check_column_name(enum check_column c);
 
+/* The column's name under the relayer's mapping m (--layout, --column-*):
+ * what the relayer reads as column c; NULL when the mapping has none (no
+ * key, no timestamp column). Pure. */
+const char *check_mapped_column(const struct w2j_columns_map *m, enum check_column c);
+
+/* The SQL expression of the size the relayer sends for a payload column
+ * qcolumn (a quoted identifier) of type `type` (format_type without typmod):
+ * the raw bytes of a bytea (octet_length(col), not its "\x..." text, twice
+ * as long), the text of anything else (jsonb as PostgreSQL prints it, json
+ * and text as written). Into buf; returns the length, -1 when cap is too
+ * small. Pure. */
+int check_payload_size_sql(const char *qcolumn, const char *type, char *buf, size_t cap);
+
 /* The type sql/001_outbox.sql gives the column (for an ADD COLUMN fix). */
 const char *check_column_type(enum check_column c);
 

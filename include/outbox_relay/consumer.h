@@ -18,6 +18,13 @@
  * a crash between COMMIT and the offset commit redelivers messages whose
  * event ids are already recorded, so they are skipped.
  *
+ * processed_events.event_id may be text (sql/002, every id fits) or an
+ * integer type (the seed article's BIGINT: only decimal ids fit; an event
+ * whose id does not is refused as a data error, per on_error, and is not
+ * recorded in processed_events). Its type is read at every connection; any
+ * other type makes consumer_run() return CONSUMER_SETUP with the ALTER
+ * TABLE that makes it text.
+ *
  * The event id is the message's "event_id" header (what outbox-relay sets).
  * A message without one (or with one that is empty, longer than 255 bytes or
  * not valid UTF-8 text) gets "kafka-<topic>-<partition>-<offset>", which is
@@ -97,6 +104,8 @@ enum consumer_result {
     CONSUMER_FAIL = -1,   /* handler: this message failed (see consumer_failure) */
     CONSUMER_FATAL = -2,  /* unusable configuration or a fatal Kafka error */
     CONSUMER_HALTED = -3, /* on_error halt met a failing message */
+    CONSUMER_SETUP = -4,  /* the database can never work as it is (processed_events.event_id
+                           * of a type no event id fits): consumer_errstr() has the fix */
 };
 
 /* One Kafka message as the handler sees it. Every string is NUL-terminated
@@ -198,8 +207,9 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
 
 /* Subscribes and consumes until *stop is set (then finishes the batch in
  * progress, commits its offsets, closes the group membership and returns
- * CONSUMER_OK), on_error halt meets a failing message (CONSUMER_HALTED), or
- * a fatal error (CONSUMER_FATAL). Details of a non-zero result in
+ * CONSUMER_OK), on_error halt meets a failing message (CONSUMER_HALTED),
+ * processed_events cannot work (CONSUMER_SETUP), or a fatal error
+ * (CONSUMER_FATAL). Details of a non-zero result in
  * consumer_errstr(). */
 int consumer_run(struct consumer *c, volatile sig_atomic_t *stop);
 

@@ -71,6 +71,10 @@ void metrics_set_publication(struct metrics *m, int ok, const char *why);
  * 1023 bytes) says so with the fix; NULL: it does not (any more). Readiness
  * fails while it does, with that text. */
 void metrics_set_plugin_refused(struct metrics *m, const char *why);
+/* pgoutput: whether the publication has a row filter on the outbox (1: the
+ * rows it filters out never reach Kafka), none (0), unknown (-1: the gauge
+ * is not exported). */
+void metrics_set_publication_filter(struct metrics *m, int filtered);
 void metrics_reaped(struct metrics *m, uint64_t rows, uint64_t batches, double seconds);
 
 /* Long work (progress.h): the backfill (relay thread) and a reaper run

@@ -107,10 +107,30 @@ enum publication_health {
  * ordinary connection (the maintenance poll, `status`), each query bounded
  * by timeout seconds, as the stream judges it at connect
  * (publication_problem with columns). Returns an enum publication_health,
- * with the reason in why. */
+ * with the reason in why; PUBLICATION_SERVES with *row_filter true puts the
+ * filter itself in why (pg_publication_tables.rowfilter, e.g.
+ * "(type <> 'x'::text)"). */
 int publication_inspect(PGconn *conn, const char *name, const char *schema, const char *table,
                         const char *slot, const struct w2j_columns_map *columns,
                         double timeout, bool *row_filter, char *why, size_t cap);
+
+/* How the row filter seen by a poll differs from the one seen by the poll
+ * before. */
+enum publication_filter_change {
+    PUBLICATION_FILTER_SAME = 0, /* nothing to say */
+    PUBLICATION_FILTER_ADDED,    /* a filter where there was none */
+    PUBLICATION_FILTER_CHANGED,  /* another filter */
+    PUBLICATION_FILTER_REMOVED,  /* none where there was one */
+};
+
+/* The change from prev (the filter the last poll saw; NULL or "": none)
+ * to cur (NULL or "": none). known false (no poll yet): SAME, since the
+ * stream said what it found when it connected (publication_ensure). A
+ * filter is the owner's choice, so the maintenance poll says so once per
+ * change (a warning for ADDED/CHANGED, a line for REMOVED) rather than
+ * holding anything off. Pure. */
+enum publication_filter_change publication_filter_change(bool known, const char *prev,
+                                                         const char *cur);
 
 /* Checks the publication name for the slot s administers (its table), and
  * creates it when it does not exist and slot_exists is false. partitioned:

@@ -117,7 +117,8 @@ int main(int argc, char **argv)
         int rc = consumer_run(c, stop);
         if (rc != CONSUMER_OK)
             log_error("%s", consumer_errstr(c));
-        code = rc == CONSUMER_OK ? 0 : (ctx.bad_sql ? 2 : 1);
+        /* 2: a setup that can never work (the statement, processed_events) */
+        code = rc == CONSUMER_OK ? 0 : (ctx.bad_sql || rc == CONSUMER_SETUP ? 2 : 1);
         consumer_free(c);
     }
     consume_config_free(&cfg);

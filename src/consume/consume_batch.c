@@ -224,11 +224,14 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
         const struct consumer_message *m = &v.m;
         const char *pparams[2] = {c->o.consumer_name, m->event_id};
         long inserted = 0;
-        if (consume_exec(c, PROCESSED_SQL, 2, pparams, &inserted, &why) < 0) {
+        /* An id processed_events cannot hold is not recorded there: the
+         * event is refused below as a failing apply would be. */
+        bool id_fits = consume_id_fits(&c->idcol, m->event_id);
+        if (id_fits && consume_exec(c, PROCESSED_SQL, 2, pparams, &inserted, &why) < 0) {
             rc = consume_own_failed(c, "INSERT INTO processed_events", &why);
             goto rollback;
         }
-        if (inserted == 0) {
+        if (id_fits && inserted == 0) {
             log_debug("event_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
                       ": already processed, skipped", m->event_id, m->topic, m->partition,
                       m->offset);
@@ -242,7 +245,10 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
             goto rollback;
         }
         memset(&why, 0, sizeof why);
-        if (c->o.handler(c->o.arg, c->pg, m, &why) == CONSUMER_OK) {
+        const char *verb = id_fits ? "apply failed" : "refused";
+        if (!id_fits)
+            consume_id_refusal(&c->idcol, m->event_id, &why);
+        else if (c->o.handler(c->o.arg, c->pg, m, &why) == CONSUMER_OK) {
             if (consume_exec(c, RELEASE_SQL, 0, NULL, NULL, &why) < 0) {
                 rc = consume_own_failed(c, "RELEASE SAVEPOINT", &why);
                 goto rollback;
@@ -270,10 +276,10 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
         }
         if (c->o.on_error == CONSUMER_ON_ERROR_HALT) {
             consume_set_error(c, "event_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
-                      " type=%s: apply failed: %s%s%s%s; stopped (--on-error halt): nothing "
+                      " type=%s: %s: %s%s%s%s; stopped (--on-error halt): nothing "
                       "at or after this offset is committed. Fix the cause and restart, or run "
                       "with --on-error failed", m->event_id, m->topic, m->partition, m->offset,
-                      m->type ? m->type : "(none)", why.message,
+                      m->type ? m->type : "(none)", verb, why.message,
                       why.sqlstate[0] ? " (SQLSTATE " : "", why.sqlstate,
                       why.sqlstate[0] ? ")" : "");
             *fail_at = i;
@@ -281,7 +287,8 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
             goto rollback;
         }
         /* --on-error failed: undo what the handler did, keep the
-         * processed_events row (written before the savepoint), record why. */
+         * processed_events row (written before the savepoint; none for a
+         * refused id), record why. */
         struct consumer_failure why2;
         if (consume_exec(c, ROLLBACK_TO_SQL, 0, NULL, NULL, &why2) < 0) {
             rc = consume_own_failed(c, "ROLLBACK TO SAVEPOINT", &why2);
@@ -295,9 +302,9 @@ static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
             goto rollback;
         }
         log_warn("event_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
-                 " type=%s: apply failed: %s%s%s%s; recorded in failed_events",
+                 " type=%s: %s: %s%s%s%s; recorded in failed_events",
                  m->event_id, m->topic, m->partition, m->offset, m->type ? m->type : "(none)",
-                 why.message, why.sqlstate[0] ? " (SQLSTATE " : "", why.sqlstate,
+                 verb, why.message, why.sqlstate[0] ? " (SQLSTATE " : "", why.sqlstate,
                  why.sqlstate[0] ? ")" : "");
         failed++;
         consume_view_free(&v);

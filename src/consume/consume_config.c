@@ -95,7 +95,9 @@ static void print_help(const char *prog)
     options_print_table(&spec);
     printf("\nExit status: 0 after a clean stop (SIGTERM/SIGINT), 1 when --on-error halt\n"
            "stopped at a failing event or on a fatal error, 2 on bad usage or configuration\n"
-           "(including an --apply statement PostgreSQL cannot prepare).\n");
+           "(including an --apply statement PostgreSQL cannot prepare, and a\n"
+           "processed_events.event_id of a type no event id fits: the message gives the\n"
+           "ALTER TABLE).\n");
 }
 
 /* -X key=value on the command line (kv NULL: -X was the last argument) */

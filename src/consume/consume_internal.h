@@ -12,8 +12,10 @@
  *                    apply statements and COMMIT in one round trip, no
  *                    savepoints; a data error falls back to consume_batch.c's
  *                    message-by-message form
- *   consume_pg.c     the PostgreSQL connection: connect, on_connect, loss,
- *                    one statement, how a failure is classified
+ *   consume_pg.c     the PostgreSQL connection: connect, the type of
+ *                    processed_events.event_id, on_connect, loss, one
+ *                    statement, how a failure is classified
+ *   consume_ids.c    which event ids that column can hold (pure)
  *
  * Dependencies: consumer.c → consume_batch.c → consume_pg.c; consume_batch.c
  * hands a batch to consume_pipe.c first when o.apply_stmt is set, and
@@ -35,6 +37,20 @@
 #include "outbox_relay/consumer.h"
 #include "outbox_relay/pg_watchdog.h"
 
+/* What processed_events.event_id can hold (consume_ids.c). */
+enum consume_idkind {
+    IDCOL_TEXT = 0, /* every id (sql/002's text; also when the table is not there yet) */
+    IDCOL_INTEGER,  /* decimal ids up to max (the seed article's bigint) */
+    IDCOL_BAD,      /* no type the relayer's ids fit: refused at start */
+};
+
+struct consume_idcol {
+    enum consume_idkind kind;
+    int64_t max;   /* IDCOL_INTEGER: the largest id */
+    char type[64]; /* the column's type as PostgreSQL prints it */
+    char fix[320]; /* the ALTER TABLE that makes it text */
+};
+
 struct consumer {
     struct consumer_options o;
     volatile sig_atomic_t *stop;
@@ -43,6 +59,8 @@ struct consumer {
     struct pg_watchdog *watchdog; /* bounds the batch of a revoke or a stop */
     bool pg_ready;         /* connected and on_connect succeeded */
     bool pipe_prepared;    /* consume_pipe.c's statements prepared on pg */
+    struct consume_idcol idcol; /* processed_events.event_id, read at each connect */
+    bool setup_error;      /* fatal because the database can never work (CONSUMER_SETUP) */
     bool paused;           /* assigned partitions paused while PostgreSQL is away */
     bool subscribed;
     double backoff;        /* s, next reconnect pause */
@@ -118,6 +136,23 @@ enum failure_class consume_classify(const struct consumer *c, const struct consu
  * *ntuples if asked), -1 with why filled. */
 int consume_exec(struct consumer *c, const char *sql, int nparams, const char *const *params,
                  long *ntuples, struct consumer_failure *why);
+
+/* ---- consume_ids.c (pure) ---- */
+
+/* Judges processed_events.event_id from its base type's pg_type.typname
+ * (a domain's base type), with type_shown (format_type) for messages and
+ * qtable (the table, qualified and quoted) for the fix. */
+void consume_idcol_judge(struct consume_idcol *col, const char *base_typname,
+                         const char *type_shown, const char *qtable);
+
+/* Whether the column can hold event id id (text: always; an integer
+ * column: -?[0-9]+ without leading zeros, in its range). */
+bool consume_id_fits(const struct consume_idcol *col, const char *id);
+
+/* Fills why with the refusal of an id the column cannot hold: SQLSTATE
+ * 22P02, the id, the column's type and the ALTER TABLE that fixes it. */
+void consume_id_refusal(const struct consume_idcol *col, const char *id,
+                        struct consumer_failure *why);
 
 /* ---- consume_batch.c ---- */
 

@@ -1,7 +1,8 @@
 /*
  * consume_pg.c — the consumer's PostgreSQL connection (see
  * consume_internal.h): connecting with our defaults under the user's DSN,
- * on_connect (the caller's prepared statements), pausing the assigned
+ * the type of processed_events.event_id (judged by consume_ids.c), on_connect
+ * (the caller's prepared statements), pausing the assigned
  * partitions while PostgreSQL is away and resuming them after, one
  * statement at a time, and how a failure is classified (lost connection,
  * transient conflict, data error). Nothing here knows about batches.
@@ -105,6 +106,53 @@ static void on_notice(void *arg, const char *message)
     log_info("postgres: %s", buf);
 }
 
+/* The processed_events the INSERTs resolve to (the search_path's), its
+ * event_id column: the base type's name (a domain's base), the type as
+ * printed, the table qualified. No row: no such table or column yet. */
+#define IDCOL_SQL                                                                           \
+    "SELECT b.typname::text, format_type(a.atttypid, a.atttypmod), "                        \
+    "quote_ident(n.nspname) || '.' || quote_ident(c.relname) "                              \
+    "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "                            \
+    "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid "   \
+    "JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END " \
+    "WHERE a.attrelid = to_regclass('processed_events') AND a.attname = 'event_id' "        \
+    "AND NOT a.attisdropped"
+
+/* Reads processed_events.event_id's type into c->idcol. Returns 0; -1 when
+ * the connection failed (why filled); -2 when the column can never hold
+ * the relayer's ids (c->errstr says so, with the ALTER TABLE). */
+static int read_idcol(struct consumer *c, struct consumer_failure *why)
+{
+    PGresult *res = PQexec(c->pg, IDCOL_SQL);
+    int rc = 0;
+    c->idcol = (struct consume_idcol){.kind = IDCOL_TEXT};
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        consumer_failure_from_result(why, res, c->pg);
+        if (consume_classify(c, why) == FAIL_CONN)
+            rc = -1;
+        else /* the INSERTs will say what is wrong, with PostgreSQL's words */
+            log_warn("cannot read the type of processed_events.event_id: %s (SQLSTATE %s)",
+                     why->message, why->sqlstate);
+        goto done;
+    }
+    if (PQntuples(res) == 0)
+        goto done; /* missing: the first batch fails, naming sql/002 */
+    consume_idcol_judge(&c->idcol, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
+                        PQgetvalue(res, 0, 2));
+    if (c->idcol.kind == IDCOL_BAD) {
+        consume_set_error(c, "processed_events.event_id is %s, which cannot hold the event "
+                          "ids (row ids in decimal, m-<lsn>, uuids, kafka-<topic>-<partition>-"
+                          "<offset>): run %s", c->idcol.type, c->idcol.fix);
+        rc = -2;
+    } else if (c->idcol.kind == IDCOL_INTEGER) {
+        log_info("processed_events.event_id is %s: events whose id is not an integer are "
+                 "refused (--on-error); %s accepts every id", c->idcol.type, c->idcol.fix);
+    }
+done:
+    PQclear(res);
+    return rc;
+}
+
 /* Connects when due. Returns 0 (connected or not yet due / failed: check
  * c->pg_ready), or -1 when on_connect failed for good (c->fatal set). */
 int consume_pg_connect(struct consumer *c)
@@ -129,6 +177,16 @@ int consume_pg_connect(struct consumer *c)
         log_warn("cannot connect to PostgreSQL: %s; retrying in about %.1f s", why.message,
                  c->backoff);
         goto retry;
+    }
+    int idrc = read_idcol(c, &why);
+    if (idrc == -1) {
+        log_warn("PostgreSQL connection lost while reading processed_events: %s", why.message);
+        goto retry;
+    }
+    if (idrc == -2) {
+        c->fatal = c->setup_error = true;
+        consume_pg_close(c);
+        return -1;
     }
     if (c->o.on_connect != NULL && c->o.on_connect(c->o.arg, c->pg, &why) != CONSUMER_OK) {
         if (consume_classify(c, &why) == FAIL_CONN) {

@@ -9,7 +9,7 @@
  *
  *   BEGIN
  *   INSERT INTO processed_events every event id of the batch, ON CONFLICT
- *   DO NOTHING                                     (one statement, $2 text[])
+ *   DO NOTHING        (one statement, $2 text[]; bigint[] for an integer column)
  *   Flush (the server sends what it has so far)
  *   the apply statement once per message, in batch order          → Sync
  *   when the INSERT's result says it inserted a row for every message:
@@ -50,6 +50,12 @@
 #define DEDUP_ALL_STMT "outbox_consume_processed"
 #define DEDUP_ALL_SQL                                                               \
     "INSERT INTO processed_events (consumer, event_id) SELECT $1, unnest($2::text[]) " \
+    "ON CONFLICT DO NOTHING"
+/* The same for an integer event_id column (the seed article's bigint): an
+ * array of text would not be cast to it. Every id was checked to fit
+ * (consume_id_fits) before it is sent. */
+#define DEDUP_ALL_INT_SQL                                                             \
+    "INSERT INTO processed_events (consumer, event_id) SELECT $1, unnest($2::bigint[]) " \
     "ON CONFLICT DO NOTHING"
 /* One message's row: the two-step form (no RETURNING, which would need
  * SELECT on processed_events). */
@@ -365,7 +371,8 @@ static enum apply_rc prepare(struct consumer *c)
         return APPLY_OK;
     struct consumer_failure why;
     const char *names[2] = {DEDUP_ALL_STMT, DEDUP_ONE_STMT};
-    const char *sqls[2] = {DEDUP_ALL_SQL, DEDUP_ONE_SQL};
+    const char *sqls[2] = {c->idcol.kind == IDCOL_INTEGER ? DEDUP_ALL_INT_SQL : DEDUP_ALL_SQL,
+                           DEDUP_ONE_SQL};
     for (int i = 0; i < 2; i++) {
         PGresult *res = PQprepare(c->pg, names[i], sqls[i], 2, NULL);
         bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
@@ -425,9 +432,12 @@ enum apply_rc consume_pipe_apply(struct consumer *c, size_t n)
         if (consume_view_make(&p.views[p.nviews], c->batch[p.nviews]) < 0)
             goto oom;
         const struct consumer_message *m = &p.views[p.nviews].m;
-        if (m->payload != NULL && strlen(m->payload) != m->payload_len) {
+        if ((m->payload != NULL && strlen(m->payload) != m->payload_len) ||
+            !consume_id_fits(&c->idcol, m->event_id)) {
             p.nviews++;
-            rc = APPLY_SLOW; /* a NUL byte: the handler says what that is */
+            /* a NUL byte: the handler says what that is; an id the column
+             * cannot hold: consume_batch.c refuses it as --on-error says */
+            rc = APPLY_SLOW;
             goto out;
         }
     }

@@ -342,7 +342,7 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
     if (c->halted)
         return CONSUMER_HALTED;
     if (c->fatal)
-        return CONSUMER_FATAL;
+        return c->setup_error ? CONSUMER_SETUP : CONSUMER_FATAL;
     return CONSUMER_OK;
 }
 

@@ -141,6 +141,34 @@ static void test_kafka_verdicts(void)
     CHECK_EQ_INT(check_record_fits(0, 1000000), CHECK_PASS);
 }
 
+/* What check measures is what the relayer sends: a bytea's bytes (not its
+ * hex text), the text of the rest; on the columns the mapping names. */
+static void test_payload_measure(void)
+{
+    char buf[128];
+    CHECK(check_payload_size_sql("\"body\"", "bytea", buf, sizeof buf) > 0);
+    CHECK(strcmp(buf, "octet_length(\"body\")") == 0);
+    const char *texty[] = {"jsonb", "json", "text", "character varying", ""};
+    for (size_t i = 0; i < 5; i++) {
+        CHECK(check_payload_size_sql("payload", texty[i], buf, sizeof buf) > 0);
+        CHECK(strcmp(buf, "octet_length(payload::text)") == 0);
+    }
+    CHECK(check_payload_size_sql("payload", "bytea", buf, 8) == -1);
+
+    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    for (int c = 0; c < CHECK_NCOLUMNS; c++)
+        CHECK(strcmp(check_mapped_column(&m, (enum check_column) c),
+                     check_column_name((enum check_column) c)) == 0);
+    m.type = "kind";
+    m.payload = "body";
+    m.aggregate_id = NULL;
+    m.created_at = "occurred_at";
+    CHECK(strcmp(check_mapped_column(&m, CHECK_COL_TYPE), "kind") == 0);
+    CHECK(strcmp(check_mapped_column(&m, CHECK_COL_PAYLOAD), "body") == 0);
+    CHECK(check_mapped_column(&m, CHECK_COL_AGGREGATE_ID) == NULL);
+    CHECK(strcmp(check_mapped_column(&m, CHECK_COL_CREATED_AT), "occurred_at") == 0);
+}
+
 static enum check_status col(enum check_column c, const char *type, enum relay_plugin p)
 {
     char why[300];
@@ -305,6 +333,7 @@ int main(void)
     test_scrub();
     test_settings();
     test_kafka_verdicts();
+    test_payload_measure();
     test_columns();
     test_slot();
     test_publication_judge();

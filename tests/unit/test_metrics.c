@@ -85,6 +85,29 @@ static void test_empty_registry(void)
     metrics_free(NULL);
 }
 
+/* The publication's row filter (pgoutput): no series until the
+ * maintenance poll knows, then 1 / 0, readiness untouched (the owner's
+ * choice, not a broken setup). */
+static void test_publication_row_filter(void)
+{
+    struct metrics *m = metrics_new("s1");
+    char *t = render_valid(m);
+    CHECK(strstr(t, "outbox_relay_publication_row_filter") == NULL);
+    free(t);
+    metrics_set_publication(m, 1, NULL);
+    metrics_set_publication_filter(m, 1);
+    t = render_valid(m);
+    CHECK(strstr(t, "# TYPE outbox_relay_publication_row_filter gauge\n") != NULL);
+    CHECK(value_of(t, "outbox_relay_publication_row_filter") == 1);
+    CHECK(value_of(t, "outbox_relay_publication_ok") == 1);
+    free(t);
+    metrics_set_publication_filter(m, 0);
+    t = render_valid(m);
+    CHECK(value_of(t, "outbox_relay_publication_row_filter") == 0);
+    free(t);
+    metrics_free(m);
+}
+
 static void test_values_move(void)
 {
     struct metrics *m = metrics_new("s1");
@@ -390,6 +413,7 @@ static void test_bucket_bounds(void)
 int main(void)
 {
     test_validator_rejects();
+    test_publication_row_filter();
     test_empty_registry();
     test_values_move();
     test_bucket_bounds();

@@ -75,8 +75,26 @@ static void test_statements(void)
     CHECK_EQ_INT(publication_build_query(150004, "'p'", "'s'", "'t'", buf, 10), -1);
 }
 
+/* A row filter changed while the relayer runs: said once per change. */
+static void test_filter_change(void)
+{
+    const char *f = "(type <> 'order.skip'::text)";
+    /* the first poll: the stream said at connect what it found */
+    CHECK_EQ_INT(publication_filter_change(false, NULL, f), PUBLICATION_FILTER_SAME);
+    CHECK_EQ_INT(publication_filter_change(false, NULL, NULL), PUBLICATION_FILTER_SAME);
+    CHECK_EQ_INT(publication_filter_change(true, "", f), PUBLICATION_FILTER_ADDED);
+    CHECK_EQ_INT(publication_filter_change(true, NULL, f), PUBLICATION_FILTER_ADDED);
+    CHECK_EQ_INT(publication_filter_change(true, f, f), PUBLICATION_FILTER_SAME);
+    CHECK_EQ_INT(publication_filter_change(true, f, "(type = 'x'::text)"),
+                 PUBLICATION_FILTER_CHANGED);
+    CHECK_EQ_INT(publication_filter_change(true, f, NULL), PUBLICATION_FILTER_REMOVED);
+    CHECK_EQ_INT(publication_filter_change(true, f, ""), PUBLICATION_FILTER_REMOVED);
+    CHECK_EQ_INT(publication_filter_change(true, "", NULL), PUBLICATION_FILTER_SAME);
+}
+
 int main(void)
 {
+    test_filter_change();
     test_verdicts();
     test_statements();
     CHECK_DONE();
