@@ -19,6 +19,7 @@
 #include "outbox_relay/clock.h"
 #include "outbox_relay/decoder.h"
 #include "outbox_relay/layout.h"
+#include "outbox_relay/log.h"
 #include "outbox_relay/pgconn.h"
 #include "outbox_relay/plugin.h"
 #include "outbox_relay/publication.h"
@@ -42,6 +43,9 @@ struct stream {
     bool partitioned; /* the outbox table is partitioned */
     struct w2j_columns_map *columns; /* checked against the table (layout.h) */
     char *copybuf; /* last frame from PQgetCopyData, freed on the next read */
+    bool publication_skipped; /* the server warned that pgoutput skipped our
+                                 publication (see on_notice) */
+    char notice[512];         /* that warning */
     char errstr[STREAM_ERRLEN];
 };
 
@@ -198,12 +202,38 @@ static int classify_connect_error(struct stream *s, const char *msg)
     return fail(s, STREAM_RETRY, "cannot connect to PostgreSQL (will retry): %s", msg);
 }
 
+/* The server's notices on the replication connection. PostgreSQL 18's
+ * pgoutput no longer ends the stream when it reaches a change made after
+ * its publication was dropped: it warns "skipped loading publication" and
+ * skips what the publication would have sent, while keepalives go on. That
+ * warning arrives before anything that follows it, so stream_read stops
+ * at once (as the stream's error made it stop on earlier majors), with
+ * nothing past it read, let alone confirmed. Other notices are logged. */
+static void on_notice(void *arg, const PGresult *res)
+{
+    struct stream *s = arg;
+    char msg[512];
+    pgconn_result_error(res, msg, sizeof msg);
+    if (strstr(msg, "skipped loading publication") != NULL) {
+        s->publication_skipped = true;
+        snprintf(s->notice, sizeof s->notice, "%s", msg);
+        return;
+    }
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (sev != NULL && strcmp(sev, "WARNING") == 0)
+        log_warn("slot=%s: the server said: %s", s->slot, msg);
+    else
+        log_info("slot=%s: the server said: %s", s->slot, msg);
+}
+
 static int connect_replication(struct stream *s)
 {
     stream_close(s);
+    s->publication_skipped = false;
     s->conn = pgconn_connectdb(s->dsn, "outbox-relay", "database");
     if (s->conn == NULL)
         return fail(s, STREAM_RETRY, "cannot connect to PostgreSQL: out of memory");
+    PQsetNoticeReceiver(s->conn, on_notice, s);
     if (PQstatus(s->conn) != CONNECTION_OK) {
         char msg[STREAM_ERRLEN];
         pgconn_error(s->conn, msg, sizeof msg);
@@ -336,6 +366,15 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
         goto fail;
     if (start < *slot_confirmed)
         start = *slot_confirmed;
+    /* START_REPLICATION on a walsender that has run no SQL: on PostgreSQL
+     * 17 and 18 the catalog queries above (the publication's check reads
+     * pg_publication_tables, which opens the outbox's relations) leave
+     * relation cache entries that pgoutput then decodes older rows with:
+     * a row of a partition written before an ADD COLUMN on the partitioned
+     * root failed with "could not convert row type", at every reconnect.
+     * A fresh connection costs one backend start per (re)connect. */
+    if ((rc = connect_replication(s)) != STREAM_OK)
+        goto fail;
     if ((rc = start_replication(s, start)) != STREAM_OK)
         goto fail;
     if (PQsetnonblocking(s->conn, 1) != 0) {
@@ -347,6 +386,15 @@ fail:
     if (rc != STREAM_BUSY && rc != STREAM_BACKFILL)
         stream_close(s);
     return rc;
+}
+
+static int publication_gone(struct stream *s, const char *msg)
+{
+    return fail(s, STREAM_FATAL, "slot=%s: pgoutput found no publication %s as of a change "
+                "it had to decode (created after the slot, or dropped): it cannot get past "
+                "that change. Create the publication (sql/008_publication.sql), drop the "
+                "slot and start with --recreate-slot --backfill pending: %s", s->slot,
+                s->publication, msg);
 }
 
 /* After the server ended the copy: collect its final result and say why. */
@@ -365,11 +413,7 @@ static int copy_ended(struct stream *s)
         return fail(s, STREAM_FATAL, "slot=%s was invalidated while streaming: %s", s->slot,
                     msg);
     if (strstr(msg, "publication \"") && strstr(msg, "does not exist"))
-        return fail(s, STREAM_FATAL, "slot=%s: pgoutput found no publication %s as of a change "
-                    "it had to decode (created after the slot, or dropped): it cannot get past "
-                    "that change. Create the publication (sql/008_publication.sql), drop the "
-                    "slot and start with --recreate-slot --backfill pending: %s", s->slot,
-                    s->publication, msg);
+        return publication_gone(s, msg);
     return fail(s, STREAM_RETRY, "slot=%s: replication stream ended: %s", s->slot, msg);
 }
 
@@ -382,6 +426,8 @@ int stream_read(struct stream *s, struct wire_msg *msg)
         s->copybuf = NULL;
     }
     int len = PQgetCopyData(s->conn, &s->copybuf, 1);
+    if (s->publication_skipped) /* before the frame that followed the warning */
+        return publication_gone(s, s->notice);
     if (len == 0)
         return 0;
     if (len == -1)
