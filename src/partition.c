@@ -288,9 +288,7 @@ static int wait_visible(struct partition_map *pm, uint32_t xid, char *err, size_
         PGresult *res = pgconn_exec(pm->conn, VISIBLE_SQL, 1, params, LOOKUP_TIMEOUT, msg,
                                     sizeof msg);
         if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-            if (res != NULL)
-                pgconn_error(pm->conn, msg, sizeof msg);
-            PQclear(res);
+            PQclear(res); /* msg: pgconn_exec's reason, the server's for an error result */
             snprintf(err, errlen, "cannot tell whether transaction %u is visible yet: %.400s",
                      xid, msg);
             return -1;
@@ -335,8 +333,6 @@ static int lookup(struct partition_map *pm, const char *name, lsn_t at,
             pm->guard_log = strcmp(PQgetvalue(g, 0, 0), "t") == 0;
         PQclear(g);
         if (pm->guard_log < 0) {
-            if (*m == '\0')
-                pgconn_error(pm->conn, m, sizeof m);
             snprintf(err, errlen, "cannot look the guard log up: %.400s", m);
             return -1;
         }
@@ -357,8 +353,6 @@ static int lookup(struct partition_map *pm, const char *name, lsn_t at,
     PGresult *res = pgconn_exec(pm->conn, sql, 5, params, LOOKUP_TIMEOUT, msg, sizeof msg);
     int rc = -1;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        if (res != NULL)
-            pgconn_error(pm->conn, msg, sizeof msg);
         snprintf(err, errlen, "cannot look the table up in the catalog: %.400s", msg);
         goto out;
     }
