@@ -137,6 +137,27 @@ def http_get(port, path, timeout=5):
 # membership as of the commit
 # --------------------------------------------------------------------------
 
+def test_own_partitioned_outbox_with_defaults(pg, broker, kafka, relayer):
+    """A partitioned outbox of the user's own (not sql/004's), two
+    partitions, the relayer on it with its defaults, one INSERT: the row
+    arrives, whether or not sql/007 was ever loaded. The catalog lookup of
+    the partition's membership used to pass a parameter its query only has
+    with the guard's log, and said no more than an empty reason."""
+    pg.query("CREATE TABLE public.pout (id bigserial, aggregate_id text, type text NOT NULL, "
+             "payload jsonb, created_at timestamptz NOT NULL DEFAULT now(), "
+             "PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)")
+    pg.query("CREATE TABLE public.pout_old PARTITION OF public.pout "
+             "FOR VALUES FROM ('2000-01-01 00:00+00') TO ('2020-01-01 00:00+00')")
+    pg.query("CREATE TABLE public.pout_now PARTITION OF public.pout "
+             "FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2100-01-01 00:00+00')")
+    p = start(relayer, pg, broker, "--table", "public.pout", tuning="defaults")
+    rows = insert(pg, 1, table="public.pout", tag="one")
+    got = read_ids(kafka, 1)
+    assert got == rows, p.log_tail()
+    assert p.running(), p.log_tail()
+    assert "cannot tell whether" not in p.log_text(), p.log_tail()
+
+
 def test_catalog_lookup_failure_says_why(pg, broker, kafka, relayer):
     """When a membership lookup itself fails, the relayer stops with the
     server's reason, not an empty one. Made to fail by a relayer role that
