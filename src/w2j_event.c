@@ -213,18 +213,7 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
                                      ? "an id of 1 to 63 bytes without control characters"
                                      : "an integer",
                                  (int) (id->len > 32 ? 32 : id->len), id->ptr);
-    if (type->type == W2J_NULL)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is NULL", names[C_TYPE]);
-    if (type->len == 0)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is empty", names[C_TYPE]);
-    if (cat != NULL && cat->type != W2J_NULL && cat->type != W2J_STRING)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
-                                 names[C_CREATED], vtype_names[cat->type]);
     bool bytea = map->payload_bytea && pay != NULL && pay->type != W2J_NULL;
-    if (bytea && pay->type != W2J_STRING)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" (bytea) is %s, not "
-                                 "a string", names[C_PAYLOAD], vtype_names[pay->type]);
-
     /* Everything that will be unescaped, reserved at once: take_string()
      * below must not realloc under pointers it already handed out. */
     size_t need = scratch_need(agg) + scratch_need(type) + scratch_need(pay) +
@@ -233,13 +222,25 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
         need += scratch_need(vals[c]);
     if (outbox_scratch_reserve(scratch, need) < 0)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "out of memory");
-    if (take_value(type, rec, texts[C_TYPE], scratch, &ev->type, &ev->type_len) < 0)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
-                                 names[C_TYPE]);
+    /* The key before what can still be refused: a row's dead letter names
+     * its id and key (decoder_event, decoder.h). */
     if (agg != NULL &&
         take_value(agg, rec, texts[C_AGG], scratch, &ev->aggregate_id, &ev->aggregate_id_len) < 0)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
                                  names[C_AGG]);
+    if (type->type == W2J_NULL)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is NULL", names[C_TYPE]);
+    if (type->len == 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is empty", names[C_TYPE]);
+    if (cat != NULL && cat->type != W2J_NULL && cat->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
+                                 names[C_CREATED], vtype_names[cat->type]);
+    if (bytea && pay->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" (bytea) is %s, not "
+                                 "a string", names[C_PAYLOAD], vtype_names[pay->type]);
+    if (take_value(type, rec, texts[C_TYPE], scratch, &ev->type, &ev->type_len) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
+                                 names[C_TYPE]);
     if (cat != NULL && cat->type == W2J_STRING &&
         take_text(cat, rec, texts[C_CREATED], scratch, &ev->created_at,
                   &ev->created_at_len) < 0)

@@ -426,6 +426,19 @@ static void test_column_text(void)
         CHECK_SPAN(ev.type, ev.type_len, "k\"q");
         CHECK_SPAN(ev.extra[3].ptr, ev.extra[3].len, "100");
     }
+
+    /* refused for its NULL type: the id and the key are still there for
+     * the dead letter */
+    line = INSERT_HEAD "\"columns\":[{\"name\":\"id\",\"value\":9},"
+           "{\"name\":\"customer\",\"value\":\"c-\\u00e9\"},{\"name\":\"kind\",\"value\":null},"
+           "{\"name\":\"flag\",\"value\":null},{\"name\":\"amount\",\"value\":null},"
+           "{\"name\":\"ref\",\"value\":null},{\"name\":\"body\",\"value\":\"{}\"},"
+           "{\"name\":\"ts\",\"value\":null}]}";
+    CHECK_EQ_INT(w2j_parse(line, strlen(line), &rec, err, sizeof err), 0);
+    CHECK_EQ_INT(w2j_event_decode(&rec, &m, &scratch, &ev, err, sizeof err), -1);
+    CHECK(err_has("column \"kind\" is NULL"));
+    CHECK(strcmp(ev.event_id, "9") == 0);
+    CHECK_SPAN(ev.aggregate_id, ev.aggregate_id_len, "c-\xc3\xa9");
     w2j_scratch_free(&scratch);
 }
 
