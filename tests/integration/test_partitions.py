@@ -19,6 +19,7 @@ relayed.
 All run with default flags (no -X tuning).
 """
 
+import glob
 import os
 import re
 import subprocess
@@ -44,7 +45,12 @@ GUARD_SQL = "007_partition_guard.sql"
 def pg(request, pg_factory):
     """Each test on a database where sql/007 (the optional partition guard)
     was loaded and on one where it never was: the relayer must work either
-    way. Tests that install the guard take only "guard-loaded"."""
+    way. Tests that install the guard take only "guard-loaded"; "only-001"
+    (asked for by name) loads nothing of sql/ but the outbox table."""
+    if request.param == "only-001":
+        others = [os.path.basename(f) for f in
+                  glob.glob(os.path.join(harness.REPO_ROOT, "sql", "*.sql"))]
+        return pg_factory(without_sql=[f for f in others if f != "001_outbox.sql"])
     return pg_factory(without_sql=(GUARD_SQL,) if request.param == "guard-absent" else ())
 
 
@@ -137,6 +143,7 @@ def http_get(port, path, timeout=5):
 # membership as of the commit
 # --------------------------------------------------------------------------
 
+@pytest.mark.parametrize("pg", ["guard-loaded", "guard-absent", "only-001"], indirect=True)
 def test_own_partitioned_outbox_with_defaults(pg, broker, kafka, relayer):
     """A partitioned outbox of the user's own (not sql/004's), two
     partitions, the relayer on it with its defaults, one INSERT: the row
