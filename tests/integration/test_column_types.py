@@ -16,7 +16,8 @@ says "true", its output "t").
       column, or the id column (one column in two roles), or the type or
       created-at column (again two roles); every typed column is a header
       too; rows with NULL in each of them; ids of type bigint, numeric, uuid
-      and text
+      and text. A third relayer then backfills the same rows (--backfill
+      pending on a new slot): the same records once more
 """
 
 import pytest
@@ -116,5 +117,15 @@ def test_same_records_whatever_the_plugin(pg, broker_factory, relayer, id_type, 
         want_key, want_headers = want[h["event_id"]]
         assert k == want_key
         assert {n: v for n, v in h.items() if n in HEADERS} == want_headers
+
+    # The backfill reads the rows with a query, not from the WAL: the same
+    # records once more.
+    b = broker_factory()
+    r = relayer("--dsn", pg.dsn(), "--brokers", b.bootstrap, "--slot", "s_backfill",
+                "--plugin", "pgoutput", "--backfill", "pending", *flags)
+    msgs = harness.read_messages(b.bootstrap, TOPIC, expected=len(ROWS), timeout=30)
+    assert len(msgs) == len(ROWS), r.log_tail()
+    assert sorted((record(m) for m in msgs), key=repr) == got["pgoutput"]
+    relayers["backfill"] = r
     for r in relayers.values():
         assert r.terminate() == 0, r.log_tail()
