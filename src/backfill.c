@@ -357,7 +357,10 @@ done:
 
 /* The SELECT list of the rows (id, key, type, payload, created_at, then
  * the extra columns), as text, in the map's column names; NULL for a role
- * without a column. Names are plain identifiers (config.c), quoted. */
+ * without a column. Names are plain identifiers (config.c), quoted. The
+ * text is each type's output function's, as the plugins send it
+ * (docs/producing.md, "Column types"): concat() calls it, where a ::text
+ * cast would make a boolean "true" instead of "t". */
 static int select_list(const struct w2j_columns_map *m, char *buf, size_t cap)
 {
     const char *names[5 + OUTBOX_MAX_EXTRA] = {m->id, m->aggregate_id, m->type, m->payload,
@@ -367,7 +370,9 @@ static int select_list(const struct w2j_columns_map *m, char *buf, size_t cap)
         names[n++] = m->extra[i].column;
     for (size_t i = 0; i < n; i++) {
         int w = names[i] != NULL
-                    ? snprintf(buf + used, cap - used, "%so.\"%s\"::text", i ? ", " : "", names[i])
+                    ? snprintf(buf + used, cap - used,
+                               "%sCASE WHEN o.\"%s\" IS NOT NULL THEN concat(o.\"%s\") END",
+                               i ? ", " : "", names[i], names[i])
                     : snprintf(buf + used, cap - used, "%sNULL::text", i ? ", " : "");
         if (w < 0 || (size_t) w >= cap - used)
             return -1;
@@ -488,7 +493,7 @@ int backfill_run(struct backfill *b, const char *snapshot, lsn_t consistent,
     struct progress *pr = &b->pr;
     struct w2j_scratch scratch = {0};
     struct marker m;
-    char sql[4096], cols[2048], qid[80], err[512], done_id[ID_MAX] = "";
+    char sql[6144], cols[4096], qid[80], err[512], done_id[ID_MAX] = "";
     uint64_t n = 0;
     double last_write = 0;
     int rc = BACKFILL_OK;

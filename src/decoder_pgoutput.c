@@ -122,6 +122,7 @@ enum { C_ID, C_AGG, C_TYPE, C_PAYLOAD, C_CREATED, C_EXTRA };
 #define OID_TEXT 25
 #define OID_BPCHAR 1042
 #define OID_VARCHAR 1043
+#define OID_NUMERIC 1700
 #define OID_UUID 2950
 
 /* The name of mapped column c. */
@@ -205,9 +206,11 @@ static int row_event(struct decoder_pgo *g, struct outbox_event *ev, char *err, 
             return -1;
     if (id == NULL)
         return outbox_event_fail(err, errlen, lsn, "column \"%s\" is NULL", map->id);
-    /* int2, int4, int8 print a sign; uuid and text ids are taken as text;
-     * any other type's text must be digits without a sign */
-    bool sign_ok = id_oid == OID_INT8 || id_oid == OID_INT2 || id_oid == OID_INT4;
+    /* int2, int4, int8 and numeric print a sign (wal2json's numbers may
+     * have one too); uuid and text ids are taken as text; any other type's
+     * text must be digits without a sign */
+    bool sign_ok = id_oid == OID_INT8 || id_oid == OID_INT2 || id_oid == OID_INT4 ||
+                   id_oid == OID_NUMERIC;
     bool text_id = !sign_ok && (map->id_kind == OUTBOX_ID_TEXT || id_oid == OID_UUID ||
                                 id_oid == OID_TEXT || id_oid == OID_VARCHAR ||
                                 id_oid == OID_BPCHAR);

@@ -69,17 +69,20 @@ static bool name_is(const char *p, size_t n, const char *s)
 }
 
 /* An event the decoder could not map (missing type, bad id): it can never
- * be routed, so it is poison. */
+ * be routed, so it is poison. ev holds what the decoder could read of it:
+ * the dead letter carries the row's id and key when it had them, else
+ * event_id "lsn-<LSN>". */
 static int undecodable(struct dispatch *d, uint64_t token, const struct decoder_record *rec,
-                       const char *why)
+                       struct outbox_event *ev, const char *why)
 {
     if (d->opts.dead_letter) {
-        char id[40];
-        snprintf(id, sizeof id, "lsn-" LSN_FMT, LSN_ARGS(rec->wal_start));
+        if (ev->event_id[0] == '\0')
+            snprintf(ev->event_id, sizeof ev->event_id, "lsn-" LSN_FMT,
+                     LSN_ARGS(rec->wal_start));
         const char *value;
         size_t value_len;
         decoder_describe(d->decoder, rec, &value, &value_len); /* else the raw frame */
-        if (d->ops.dead_letter(d->ops.ctx, token, rec->wal_start, id, value, value_len,
+        if (d->ops.dead_letter(d->ops.ctx, token, rec->wal_start, ev, value, value_len,
                                why) >= 0)
             return DISPATCH_OK;
     }
@@ -120,8 +123,9 @@ static int relay_event(struct dispatch *d, const struct decoder_record *rec)
                     d->opts.slot, LSN_ARGS(rec->wal_start));
     struct outbox_event ev;
     char err[DECODER_ERRLEN];
+    outbox_event_reset(&ev, rec->lsn); /* what a failing decoder leaves unread */
     if (decoder_event(d->decoder, rec, &ev, err, sizeof err) < 0)
-        return undecodable(d, token, rec, err);
+        return undecodable(d, token, rec, &ev, err);
     if (d->ops.produce(d->ops.ctx, &ev, token) == 0 && d->tx_commit_us)
         tracker_stamp(d->tracker, token, d->tx_commit_us);
     return DISPATCH_OK;

@@ -139,8 +139,6 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
     PGresult *res = pgconn_exec(mt->conn, sql, nparams, params, QUERY_TIMEOUT, msg, sizeof msg);
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
-    if (res != NULL)
-        pgconn_failure(mt->conn, res, msg, sizeof msg);
     /* A poll that fails every 2 s (say, --dsn points at a standby) warns
      * once a minute, not every time. */
     double now = mono_now();

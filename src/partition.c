@@ -231,7 +231,7 @@ void partition_tx_commit(struct partition_map *pm, int64_t xid, lsn_t commit_end
  * pg_partition_tree, which locks the partitions: a lookup must not queue
  * behind the reaper's lock on a partition it is about to drop). */
 /* $1 schema, $2 the row's table, $3 the outbox, $4 the slot, $5 the row's
- * LSN. Column 2 says whether the chain row's xmin is known to have
+ * LSN (with the guard log only). Column 2 says whether the chain row's xmin is known to have
  * committed before the row: older than the slot's catalog_xmin or, with
  * sql/007's guard log, a command the guard let through at a W0 before the
  * row (GUARD_OK; no insert into the table can commit between W0 and that
@@ -288,9 +288,7 @@ static int wait_visible(struct partition_map *pm, uint32_t xid, char *err, size_
         PGresult *res = pgconn_exec(pm->conn, VISIBLE_SQL, 1, params, LOOKUP_TIMEOUT, msg,
                                     sizeof msg);
         if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-            if (res != NULL)
-                pgconn_error(pm->conn, msg, sizeof msg);
-            PQclear(res);
+            PQclear(res); /* msg: pgconn_exec's reason, the server's for an error result */
             snprintf(err, errlen, "cannot tell whether transaction %u is visible yet: %.400s",
                      xid, msg);
             return -1;
@@ -335,8 +333,6 @@ static int lookup(struct partition_map *pm, const char *name, lsn_t at,
             pm->guard_log = strcmp(PQgetvalue(g, 0, 0), "t") == 0;
         PQclear(g);
         if (pm->guard_log < 0) {
-            if (*m == '\0')
-                pgconn_error(pm->conn, m, sizeof m);
             snprintf(err, errlen, "cannot look the guard log up: %.400s", m);
             return -1;
         }
@@ -352,13 +348,14 @@ static int lookup(struct partition_map *pm, const char *name, lsn_t at,
     snprintf(sql, sizeof sql, "%s%s%s", LOOKUP_SQL_HEAD, pm->guard_log ? GUARD_OK : "",
              LOOKUP_SQL_TAIL);
     const char *params[] = {pm->schema, name, pm->table, pm->slot, lsn};
+    /* $5 is only in GUARD_OK: the server refuses a parameter the query
+     * does not use. */
+    int nparams = pm->guard_log ? 5 : 4;
     char msg[512] = "";
     /* Bounded: a stalled path must not hang the relay loop (pgconn.h). */
-    PGresult *res = pgconn_exec(pm->conn, sql, 5, params, LOOKUP_TIMEOUT, msg, sizeof msg);
+    PGresult *res = pgconn_exec(pm->conn, sql, nparams, params, LOOKUP_TIMEOUT, msg, sizeof msg);
     int rc = -1;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        if (res != NULL)
-            pgconn_error(pm->conn, msg, sizeof msg);
         snprintf(err, errlen, "cannot look the table up in the catalog: %.400s", msg);
         goto out;
     }

@@ -152,14 +152,30 @@ static void give_up(PGconn *c)
     PQconsumeInput(c);
 }
 
+/* Puts a connection that pgconn_exec made non-blocking back in blocking
+ * mode once the query has been sent whole (flushing 0), before any result
+ * is read: libpq 15's PQsetnonblocking() clears the connection's error
+ * message, so done after the results it left PQerrorMessage() empty for
+ * every caller that reads the server's reason there. Reading never blocks
+ * either way (PQconsumeInput, and PQgetResult only once PQisBusy is
+ * false). */
+static void sent_whole(PGconn *c, int flushing, bool *restore)
+{
+    if (*restore && flushing == 0) {
+        PQsetnonblocking(c, 0);
+        *restore = false;
+    }
+}
+
 PGresult *pgconn_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
                       double timeout, char *err, size_t errlen)
 {
-    int was_nonblocking = PQisnonblocking(c);
+    bool restore = !PQisnonblocking(c); /* blocking again once sent */
     bool timed_out = false;
     PGresult *last = NULL;
+    ExecStatusType st;
     double deadline = mono_now() + timeout;
-    if (!was_nonblocking && PQsetnonblocking(c, 1) != 0)
+    if (restore && PQsetnonblocking(c, 1) != 0)
         goto fail;
     int sent = nparams > 0 ? PQsendQueryParams(c, sql, nparams, NULL, params, NULL, NULL, 0)
                            : PQsendQuery(c, sql);
@@ -169,6 +185,7 @@ PGresult *pgconn_exec(PGconn *c, const char *sql, int nparams, const char *const
         int flushing = PQflush(c);
         if (flushing < 0)
             goto fail;
+        sent_whole(c, flushing, &restore);
         while (flushing == 1 || PQisBusy(c)) {
             int wait_ms = -1;
             if (timeout > 0) {
@@ -191,26 +208,31 @@ PGresult *pgconn_exec(PGconn *c, const char *sql, int nparams, const char *const
                 goto fail;
             if ((flushing = PQflush(c)) < 0)
                 goto fail;
+            sent_whole(c, flushing, &restore);
         }
         PGresult *r = PQgetResult(c);
         if (r == NULL)
             break;
         PQclear(last);
         last = r;
-        ExecStatusType st = PQresultStatus(r);
+        st = PQresultStatus(r);
         if (st == PGRES_COPY_BOTH || st == PGRES_COPY_OUT || st == PGRES_COPY_IN)
             break; /* the copy has begun: no more results until it ends */
     }
-    if (!was_nonblocking)
-        PQsetnonblocking(c, 0);
     if (last == NULL)
         goto fail;
+    st = PQresultStatus(last);
+    if (st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR || st == PGRES_BAD_RESPONSE)
+        pgconn_result_error(last, err, errlen); /* the server's reason, for every caller */
     return last;
 fail:
     if (!timed_out)
         pgconn_error(c, err, errlen);
+    if (!timed_out && *err == '\0')
+        snprintf(err, errlen, "libpq gave no reason (connection %s)",
+                 PQstatus(c) == CONNECTION_OK ? "up" : "lost");
     PQclear(last);
-    if (!was_nonblocking && PQstatus(c) == CONNECTION_OK)
+    if (restore && PQstatus(c) == CONNECTION_OK)
         PQsetnonblocking(c, 0);
     return NULL;
 }

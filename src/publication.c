@@ -213,8 +213,6 @@ int publication_inspect(PGconn *conn, const char *name, const char *schema, cons
                                 "= $1 AND c.relname = $2",
                                 3, p, timeout, msg, sizeof msg);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        if (res != NULL)
-            pgconn_failure(conn, res, msg, sizeof msg);
         snprintf(why, cap, "looking up the outbox's kind failed: %s", msg);
         PQclear(res);
         return PUBLICATION_UNKNOWN;
@@ -228,8 +226,6 @@ int publication_inspect(PGconn *conn, const char *name, const char *schema, cons
     }
     res = pgconn_exec(conn, sql, 0, NULL, timeout, msg, sizeof msg);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        if (res != NULL)
-            pgconn_failure(conn, res, msg, sizeof msg);
         snprintf(why, cap, "checking publication %s failed: %s", name, msg);
         PQclear(res);
         return PUBLICATION_UNKNOWN;

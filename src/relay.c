@@ -76,10 +76,17 @@ static int op_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
     return relay_produce(ctx, ev, token);
 }
 
-static int op_dead_letter(void *ctx, uint64_t token, lsn_t lsn, const char *event_id,
+/* No topic: the change never got as far as one. */
+static int op_dead_letter(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
                           const char *value, size_t value_len, const char *why)
 {
-    return relay_dead_letter(ctx, token, lsn, event_id, "", "", NULL, 0, value, value_len, why);
+    char *type = strndup(ev->type != NULL ? ev->type : "", ev->type_len);
+    int rc = type != NULL ? relay_dead_letter(ctx, token, lsn, ev->event_id, type, "",
+                                              ev->aggregate_id, ev->aggregate_id_len, value,
+                                              value_len, why)
+                          : -1;
+    free(type);
+    return rc;
 }
 
 static int op_member(void *ctx, const struct decoder_record *rec, char *why, size_t whylen)

@@ -54,8 +54,6 @@ static PGresult *query(PGconn *conn, const char *what, const char *sql, int npar
                                 sizeof msg);
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         return res;
-    if (res != NULL)
-        pgconn_failure(conn, res, msg, sizeof msg);
     log_error("status: %s failed: %s", what, msg);
     PQclear(res);
     return NULL;

@@ -90,14 +90,19 @@ bool topic_uses_type(const char *tmpl)
     return strstr(tmpl, "{type}") != NULL || strstr(tmpl, "{prefix}") != NULL;
 }
 
-int topic_name_event(const char *tmpl, const struct outbox_event *ev,
-                     const struct w2j_columns_map *map, char *out, size_t cap)
+/* Expands tmpl for ev into out (capacity cap, NUL-terminated). A
+ * placeholder that gives nothing (a column not mapped or NULL) or whose
+ * value does not fit makes it return -1, or with keep_missing is copied as
+ * it stands ("{region}") and the expansion goes on. Returns the length. */
+static int expand(const char *tmpl, const struct outbox_event *ev,
+                  const struct w2j_columns_map *map, bool keep_missing, char *out, size_t cap)
 {
     const char *type = ev->type != NULL ? ev->type : "";
     size_t n = 0, type_len = ev->type_len, prefix_len = ev->type_len;
     const char *dot = memchr(type, '.', type_len);
     if (dot != NULL)
         prefix_len = (size_t) (dot - type);
+    int rc = 0;
 
     for (const char *p = tmpl; *p != '\0'; p++) {
         const char *src = p;
@@ -112,28 +117,46 @@ int topic_name_event(const char *tmpl, const struct outbox_event *ev,
                 memcpy(name, p + 1, k);
                 name[k] = '\0';
                 int i = map != NULL ? outbox_columns_extra_index(map, name) : -1;
-                if (i < 0 || ev->extra[i].ptr == NULL) {
-                    out[n] = '\0';
-                    return -1; /* not mapped, or NULL */
-                }
-                src = ev->extra[i].ptr, len = ev->extra[i].len;
+                src = i >= 0 ? ev->extra[i].ptr : NULL;
+                len = i >= 0 ? ev->extra[i].len : 0;
+            }
+            if (src == NULL || n + len >= cap) { /* not mapped, NULL, or too long */
+                rc = -1;
+                if (!keep_missing)
+                    break;
+                src = p, len = k + 2; /* the placeholder as written */
             }
             p += k + 1;
         }
         if (n + len >= cap) {
-            out[n] = '\0';
-            return -1;
+            rc = -1;
+            break;
         }
         memcpy(out + n, src, len);
         n += len;
     }
     out[n] = '\0';
-    if (n == 0 || n > 249 || (n == 1 && out[0] == '.') || (n == 2 && strcmp(out, "..") == 0))
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        if (!options_topic_char_ok(out[i]))
-            return -1;
-    return (int) n;
+    return rc < 0 ? -1 : (int) n;
+}
+
+int topic_name_event(const char *tmpl, const struct outbox_event *ev,
+                     const struct w2j_columns_map *map, char *out, size_t cap)
+{
+    int rc = expand(tmpl, ev, map, false, out, cap);
+    size_t n = rc < 0 ? 0 : (size_t) rc;
+    bool valid = rc >= 0 && n > 0 && n <= 249 && !(n == 1 && out[0] == '.') &&
+                 strcmp(out, "..") != 0;
+    for (size_t i = 0; valid && i < n; i++)
+        valid = options_topic_char_ok(out[i]);
+    if (valid)
+        return rc;
+    /* For the dead letter's original_topic and the logs: never a prefix
+     * that could pass for a real topic ("outbox.event." of a NULL
+     * {region}): what could not be filled in stays in braces, which no
+     * topic name may hold; a complete expansion shows what is wrong. */
+    if (rc < 0)
+        (void) expand(tmpl, ev, map, true, out, cap);
+    return -1;
 }
 
 int topic_name(const char *tmpl, const char *type, size_t type_len, char *out, size_t cap)

@@ -71,6 +71,35 @@ static int take_string(const struct w2j_value *v, struct w2j_scratch *s, const c
     return take_text(v, NULL, NULL, s, ptr, len);
 }
 
+/* A column value as PostgreSQL's text output, the form pgoutput sends and
+ * so the one both plugins publish (docs/producing.md, "Column types"): a
+ * string's text; a JSON number's literal, which wal2json took from the
+ * type's output function (bigint, numeric, real: "12.50", "-7"); a boolean
+ * as boolean_out prints it, "t" or "f"; an object or array (json, jsonb)
+ * as is. SQL NULL leaves *ptr NULL. */
+static int take_value(const struct w2j_value *v, const struct w2j_record *rec,
+                      const struct w2j_text *t, struct w2j_scratch *s, const char **ptr,
+                      size_t *len)
+{
+    *ptr = NULL;
+    *len = 0;
+    switch (v->type) {
+    case W2J_STRING:
+        return take_text(v, rec, t, s, ptr, len);
+    case W2J_BOOL:
+        *ptr = v->len == 4 ? "t" : "f"; /* "true" or "false" */
+        *len = 1;
+        return 0;
+    case W2J_NULL:
+    case W2J_ABSENT:
+        return 0;
+    default:
+        *ptr = v->ptr;
+        *len = v->len;
+        return 0;
+    }
+}
+
 static bool value_equals(const struct w2j_value *v, const char *name)
 {
     size_t n = strlen(name);
@@ -153,6 +182,8 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
         vals[c] = NULL;
         texts[c] = NULL;
     }
+    /* One column may fill several roles (--column-key id, a header column
+     * that is also the key): every name is matched. */
     for (size_t i = 0; i < rec->ncolumns; i++) {
         const struct w2j_value *name = &rec->columns[i].name;
         for (int c = 0; c < nnames; c++) {
@@ -163,9 +194,6 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
                                              "column \"%s\" appears twice", names[c]);
                 vals[c] = &rec->columns[i].value;
                 texts[c] = &rec->columns[i].text;
-                if (c >= C_EXTRA)
-                    break;
-                c = C_EXTRA - 1; /* an extra column may also be a mapped one */
             }
         }
     }
@@ -185,24 +213,7 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
                                      ? "an id of 1 to 63 bytes without control characters"
                                      : "an integer",
                                  (int) (id->len > 32 ? 32 : id->len), id->ptr);
-    if (type->type == W2J_NULL)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is NULL", names[C_TYPE]);
-    if (type->type != W2J_STRING)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
-                                 names[C_TYPE], vtype_names[type->type]);
-    if (type->len == 0)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is empty", names[C_TYPE]);
-    if (agg != NULL && agg->type != W2J_NULL && agg->type != W2J_STRING)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
-                                 names[C_AGG], vtype_names[agg->type]);
-    if (cat != NULL && cat->type != W2J_NULL && cat->type != W2J_STRING)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
-                                 names[C_CREATED], vtype_names[cat->type]);
     bool bytea = map->payload_bytea && pay != NULL && pay->type != W2J_NULL;
-    if (bytea && pay->type != W2J_STRING)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" (bytea) is %s, not "
-                                 "a string", names[C_PAYLOAD], vtype_names[pay->type]);
-
     /* Everything that will be unescaped, reserved at once: take_string()
      * below must not realloc under pointers it already handed out. */
     size_t need = scratch_need(agg) + scratch_need(type) + scratch_need(pay) +
@@ -211,13 +222,25 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
         need += scratch_need(vals[c]);
     if (outbox_scratch_reserve(scratch, need) < 0)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "out of memory");
-    if (take_text(type, rec, texts[C_TYPE], scratch, &ev->type, &ev->type_len) < 0)
-        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
-                                 names[C_TYPE]);
-    if (agg != NULL && agg->type == W2J_STRING &&
-        take_text(agg, rec, texts[C_AGG], scratch, &ev->aggregate_id, &ev->aggregate_id_len) < 0)
+    /* The key before what can still be refused: a row's dead letter names
+     * its id and key (decoder_event, decoder.h). */
+    if (agg != NULL &&
+        take_value(agg, rec, texts[C_AGG], scratch, &ev->aggregate_id, &ev->aggregate_id_len) < 0)
         return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
                                  names[C_AGG]);
+    if (type->type == W2J_NULL)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is NULL", names[C_TYPE]);
+    if (type->len == 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is empty", names[C_TYPE]);
+    if (cat != NULL && cat->type != W2J_NULL && cat->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" is %s, not a string",
+                                 names[C_CREATED], vtype_names[cat->type]);
+    if (bytea && pay->type != W2J_STRING)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\" (bytea) is %s, not "
+                                 "a string", names[C_PAYLOAD], vtype_names[pay->type]);
+    if (take_value(type, rec, texts[C_TYPE], scratch, &ev->type, &ev->type_len) < 0)
+        return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
+                                 names[C_TYPE]);
     if (cat != NULL && cat->type == W2J_STRING &&
         take_text(cat, rec, texts[C_CREATED], scratch, &ev->created_at,
                   &ev->created_at_len) < 0)
@@ -235,16 +258,10 @@ static int decode_insert(const struct w2j_record *rec, const struct w2j_columns_
         ev->payload_len = pay->len;
     }
     for (int c = C_EXTRA; c < nnames; c++) {
-        const struct w2j_value *v = vals[c];
         struct outbox_field *f = &ev->extra[c - C_EXTRA];
-        if (v->type == W2J_STRING) {
-            if (take_text(v, rec, texts[c], scratch, &f->ptr, &f->len) < 0)
-                return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
-                                         names[c]);
-        } else if (v->type != W2J_NULL) {
-            f->ptr = v->ptr; /* a number or boolean: its text */
-            f->len = v->len;
-        }
+        if (take_value(vals[c], rec, texts[c], scratch, &f->ptr, &f->len) < 0)
+            return outbox_event_fail(errbuf, errlen, rec->lsn, "column \"%s\": bad escape",
+                                     names[c]);
     }
     return 0;
 }

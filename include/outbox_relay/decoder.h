@@ -168,7 +168,9 @@ int decoder_decode(struct decoder *d, const char *data, size_t len, lsn_t wal_st
 /* Maps the last decoded insert or message (rec, as decoder_decode filled
  * it) to an event whose strings live until the next decoder_decode().
  * Returns 0, or -1 with err when the row or message is no event (missing
- * type, bad id: the caller treats it as poison). */
+ * type, bad id: the caller treats it as poison); ev then holds what could
+ * be read before the failure (event_id "" when the id itself is bad, the
+ * key when it could be read), for the dead letter to name the row by. */
 int decoder_event(struct decoder *d, const struct decoder_record *rec, struct outbox_event *ev,
                   char *err, size_t errlen);
 

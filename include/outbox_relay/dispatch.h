@@ -67,9 +67,12 @@ struct dispatch_ops {
      * a stop, its own fatal error). ev lives only during the call. */
     int (*produce)(void *ctx, const struct outbox_event *ev, uint64_t token);
     /* Sends an undecodable change to the dead-letter topic under token:
-     * event_id "lsn-<LSN>", the raw frame as value, why. Returns >= 0
-     * (sent, or deferred to a rewind that sends it again) or -1 (fatal). */
-    int (*dead_letter)(void *ctx, uint64_t token, lsn_t lsn, const char *event_id,
+     * ev as far as it could be read (event_id the row's, or "lsn-<LSN>"
+     * when the id itself could not be read; aggregate_id and type NULL
+     * when unknown), the frame (described, or raw) as value, why. Returns
+     * >= 0 (sent, or deferred to a rewind that sends it again) or -1
+     * (fatal). */
+    int (*dead_letter)(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
                        const char *value, size_t value_len, const char *why);
     /* Partitioned outbox only (dispatch_set_partitioned): whether an
      * insert into another table of the outbox's schema is a row of the

@@ -54,10 +54,12 @@ PGconn *pgconn_open_interruptible(const char *dsn, const char *application_name,
  * its results, without blocking past the deadline on a stalled path. With
  * nparams > 0 the text parameters go with the extended protocol; with 0 the
  * simple protocol is used, the only one a walsender accepts. Returns the
- * last result (the caller's to PQclear; stops at a COPY result), or NULL
- * with the reason in err: the connection was lost, or no answer came in
- * time, in which case the connection has been shut down (PQstatus is then
- * CONNECTION_BAD: reconnect). */
+ * last result (the caller's to PQclear; stops at a COPY result), with the
+ * server's reason in err when it is an error result; or NULL with the
+ * reason in err: the connection was lost, or no answer came in time, in
+ * which case the connection has been shut down (PQstatus is then
+ * CONNECTION_BAD: reconnect). err is never left empty on a failure, and
+ * PQerrorMessage(conn) still holds the reason afterwards. */
 PGresult *pgconn_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       double timeout, char *err, size_t errlen);
 

@@ -51,7 +51,10 @@ bool topic_uses_type(const char *tmpl);
  * extra column of map (struct w2j_columns_map.extra) in ev->extra. Returns
  * the length, or -1 if a column is not mapped or NULL, or the result is
  * empty, longer than 249 bytes or contains characters Kafka does not allow
- * in topic names. */
+ * in topic names. On -1 out still says what the template gave, never a
+ * name that could be a real topic: a placeholder that gave nothing or did
+ * not fit stays as written ("outbox.event.{region}"); otherwise the whole
+ * (invalid) expansion. */
 int topic_name_event(const char *tmpl, const struct outbox_event *ev,
                      const struct w2j_columns_map *map, char *out, size_t cap);
 

@@ -162,9 +162,11 @@ def pg_factory():
     teardown, whatever the test's outcome."""
     clusters = []
 
-    def make(settings=None, password_auth=None, load_schema=True, name="pg", port=None):
+    def make(settings=None, password_auth=None, load_schema=True, name="pg", port=None,
+             without_sql=()):
         c = harness.PgCluster(settings=settings, password_auth=password_auth,
-                              load_schema=load_schema, name=name, port=port)
+                              load_schema=load_schema, name=name, port=port,
+                              without_sql=without_sql)
         clusters.append(c)
         return c
 

@@ -269,10 +269,15 @@ class PgCluster:
     "md5" / "scram-sha-256": every role except postgres must then log in
     with a password over TCP (postgres itself stays trusted so the harness
     can always connect). load_schema: run sql/*.sql in order after start.
+    without_sql: file names of sql/ that load_schema leaves out, e.g.
+    ("007_partition_guard.sql",) for a database where the optional guard
+    was never loaded.
     """
 
-    def __init__(self, settings=None, password_auth=None, load_schema=True, name="pg", port=None):
+    def __init__(self, settings=None, password_auth=None, load_schema=True, name="pg", port=None,
+                 without_sql=()):
         self.name = name
+        self.without_sql = set(without_sql)
         self.port = port or free_port()
         self.settings = dict(BASE_SETTINGS)
         self._update_settings(settings)
@@ -457,7 +462,8 @@ class PgCluster:
 
     def load_sql_dir(self, path):
         for f in sorted(glob.glob(os.path.join(path, "*.sql"))):
-            if os.path.basename(f) != self.PUBLICATION_SQL:
+            name = os.path.basename(f)
+            if name != self.PUBLICATION_SQL and name not in self.without_sql:
                 self.load_sql(f)
 
     def prepare_for_unprivileged_relayer(self):

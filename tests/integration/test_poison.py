@@ -334,6 +334,59 @@ def test_invalid_topic_dead_lettered(pg, broker, kafka, relayer):
     assert r.terminate() == 0
 
 
+def test_dead_letter_of_a_row_without_topic(pg, broker, kafka, relayer):
+    """--topic with a {column} that is NULL or too long for a topic name:
+    the dead letter's original_topic is the template with that column left
+    in braces (outbox.event.{region}), which no real topic can be named, not
+    the truncated expansion (outbox.event.), which one can."""
+    pg.query("ALTER TABLE public.events_outbox ADD COLUMN region text")
+    r = start_relay(relayer, pg, broker, "--on-poison", "dead-letter", "--topic",
+                    "outbox.event.{region}")
+    conn = pg.connect(autocommit=True)
+    cur = conn.cursor()
+    ids, aggs = {}, {}
+    for name, region in (("null", None), ("long", "r" * 300), ("fine", "eu")):
+        aggs[name] = str(uuid.uuid4())
+        cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload, region) "
+                    "VALUES (%s, 'order.placed', '{}', %s) RETURNING id", (aggs[name], region))
+        ids[name] = cur.fetchone()[0]
+    got = read_ids(kafka, "outbox.event.eu", [ids["fine"]])
+    assert ids["fine"] in got, r.log_tail()
+    dl = {int(m.headers["event_id"]): m for m in dead_letters(kafka, 2)}
+    assert set(dl) == {ids["null"], ids["long"]}, (dl, r.log_tail())
+    for name in ("null", "long"):
+        h = dl[ids[name]].headers
+        assert h["original_topic"] == "outbox.event.{region}", (name, h)
+        assert h["aggregate_id"] == aggs[name] and dl[ids[name]].key == aggs[name], h
+    assert r.running() and r.terminate() == 0
+
+
+def test_dead_letter_of_a_row_with_null_type(pg, broker, kafka, relayer):
+    """A row whose type is NULL cannot be routed and goes to the dead-letter
+    topic: with its own id as event_id and its key as key and aggregate_id
+    header, so that it can be traced to the row (not event_id=lsn-…)."""
+    pg.query("ALTER TABLE public.events_outbox ALTER COLUMN type DROP NOT NULL")
+    r = start_relay(relayer, pg, broker, "--on-poison", "dead-letter")
+    conn = pg.connect(autocommit=True)
+    cur = conn.cursor()
+    agg = str(uuid.uuid4())
+    cur.execute("INSERT INTO public.events_outbox (aggregate_id, type, payload) "
+                "VALUES (%s, NULL, '{\"n\": 1}') RETURNING id", (agg,))
+    bad = cur.fetchone()[0]
+    ob = Outbox(pg)
+    c = ob.one("fine.after")
+    got = read_ids(kafka, "fine", c.ids)
+    assert c.id in got, r.log_tail()
+    dl = dead_letters(kafka, 1)
+    assert len(dl) == 1, (dl, r.log_tail())
+    h = dl[0].headers
+    assert h["event_id"] == str(bad), h
+    assert h["aggregate_id"] == agg and dl[0].key == agg, (h, dl[0].key)
+    assert "type" in h["error"] and "NULL" in h["error"], h
+    wait_confirmed(pg, c.commit_end)
+    assert r.running() and r.terminate() == 0
+
+
 # --------------------------------------------------------------------------
 # the broker refuses the record
 # --------------------------------------------------------------------------

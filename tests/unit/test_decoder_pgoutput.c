@@ -80,6 +80,10 @@ static void feed(struct decoder *d, struct run *r, const char *data, size_t len,
     if (!c->ok) {
         CHECK(strncmp(err, "event at LSN ", 13) == 0);
         c->lsn = rec.lsn;
+        /* what the dead letter names the row by */
+        memcpy(c->id, ev.event_id, sizeof c->id);
+        c->field[0] = dup_span(ev.aggregate_id, ev.aggregate_id_len);
+        c->len[0] = ev.aggregate_id_len;
         return;
     }
     memcpy(c->id, ev.event_id, sizeof c->id);
@@ -153,6 +157,11 @@ static void test_same_as_wal2json(void)
         CHECK_EQ_INT(a->ok, b->ok);
         CHECK_EQ_INT(a->lsn, b->lsn);
         refused += !a->ok;
+        if (!a->ok && !b->ok) { /* the NULL type: both read its id and key */
+            CHECK(a->id[0] != '\0' && strcmp(a->id, b->id) == 0);
+            CHECK(a->field[0] != NULL && b->field[0] != NULL && a->len[0] == b->len[0] &&
+                  memcmp(a->field[0], b->field[0], a->len[0]) == 0);
+        }
         if (!a->ok || !b->ok)
             continue;
         CHECK(strcmp(a->id, b->id) == 0);

@@ -37,7 +37,8 @@ struct world {
     int dead_letters;
     uint64_t dl_token;
     lsn_t dl_lsn;
-    char dl_id[40];
+    char dl_id[OUTBOX_EVENT_ID_MAX];
+    char dl_key[40]; /* "(null)" for no key */
     char dl_why[256];
     size_t dl_len;
     int dl_rc;
@@ -59,7 +60,7 @@ static int w_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
     return w->produce_rc;
 }
 
-static int w_dead_letter(void *ctx, uint64_t token, lsn_t lsn, const char *event_id,
+static int w_dead_letter(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
                          const char *value, size_t value_len, const char *why)
 {
     struct world *w = ctx;
@@ -68,7 +69,12 @@ static int w_dead_letter(void *ctx, uint64_t token, lsn_t lsn, const char *event
     w->dl_token = token;
     w->dl_lsn = lsn;
     w->dl_len = value_len;
-    snprintf(w->dl_id, sizeof w->dl_id, "%s", event_id);
+    snprintf(w->dl_id, sizeof w->dl_id, "%s", ev->event_id);
+    if (ev->aggregate_id != NULL)
+        snprintf(w->dl_key, sizeof w->dl_key, "%.*s", (int) ev->aggregate_id_len,
+                 ev->aggregate_id);
+    else
+        snprintf(w->dl_key, sizeof w->dl_key, "(null)");
     snprintf(w->dl_why, sizeof w->dl_why, "%s", why);
     return w->dl_rc;
 }
@@ -115,6 +121,14 @@ static int fake_event(struct decoder *d, const struct decoder_record *rec,
                       struct outbox_event *ev, char *err, size_t errlen)
 {
     (void) d;
+    if (rec->data != NULL && rec->data_len >= 6 && memcmp(rec->data, "badkey", 6) == 0) {
+        /* as a real decoder leaves a row whose id and key it read */
+        snprintf(ev->event_id, sizeof ev->event_id, "42");
+        ev->aggregate_id = "cust-7";
+        ev->aggregate_id_len = 6;
+        snprintf(err, errlen, "column \"type\" is NULL");
+        return -1;
+    }
     if (rec->data != NULL && rec->data_len >= 3 && memcmp(rec->data, "bad", 3) == 0) {
         snprintf(err, errlen, "column \"type\" is missing");
         return -1;
@@ -409,6 +423,7 @@ static void test_undecodable_dead_letter(void)
     CHECK_EQ_INT(f.w.produced, 0);
     CHECK_EQ_INT(f.w.dead_letters, 1);
     CHECK(strcmp(f.w.dl_id, "lsn-0/1010") == 0);
+    CHECK(strcmp(f.w.dl_key, "(null)") == 0);
     CHECK_EQ_INT(f.w.dl_lsn, 0x1010);
     CHECK_EQ_INT(f.w.dl_len, 7); /* the raw frame */
     CHECK(strstr(f.w.dl_why, "column \"type\" is missing") != NULL);
@@ -428,6 +443,25 @@ static void test_undecodable_dead_letter(void)
     CHECK_EQ_INT(insert_raw(&f, 0x2020, "public", "outbox", "bad"), DISPATCH_FATAL);
     CHECK(strstr(dispatch_errstr(f.d), "undecodable outbox change") != NULL);
     CHECK_EQ_INT(f.w.dead_letters, 3);
+    teardown(&f);
+}
+
+/* A row the decoder read its id and key of before refusing it: its dead
+ * letter carries them, not "lsn-<LSN>" and no key. */
+static void test_undecodable_dead_letter_names_the_row(void)
+{
+    struct fixture f;
+    setup_opts(&f, true, "outbox");
+    CHECK_EQ_INT(begin(&f, 0x1000, 1), DISPATCH_OK);
+    CHECK_EQ_INT(insert_raw(&f, 0x1010, "public", "outbox", "badkey"), DISPATCH_OK);
+    CHECK_EQ_INT(f.w.dead_letters, 1);
+    CHECK(strcmp(f.w.dl_id, "42") == 0);
+    CHECK(strcmp(f.w.dl_key, "cust-7") == 0);
+    CHECK(strstr(f.w.dl_why, "column \"type\" is NULL") != NULL);
+    /* the next undecodable row knows nothing of it: nothing carried over */
+    CHECK_EQ_INT(insert_raw(&f, 0x1020, "public", "outbox", "bad row"), DISPATCH_OK);
+    CHECK(strcmp(f.w.dl_id, "lsn-0/1020") == 0);
+    CHECK(strcmp(f.w.dl_key, "(null)") == 0);
     teardown(&f);
 }
 
@@ -608,6 +642,7 @@ int main(void)
     test_keepalives();
     test_undecodable_halt();
     test_undecodable_dead_letter();
+    test_undecodable_dead_letter_names_the_row();
     test_produce_refused();
     test_window();
     test_partitions();

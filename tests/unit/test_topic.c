@@ -105,6 +105,28 @@ static void test_columns(void)
     CHECK_EQ_INT(topic_name_event("x.{aggregatetype}", &ev, &m, out, sizeof out), -1);
     CHECK_EQ_INT(topic_name_event("x.{region}", &ev, &m, out, sizeof out), -1);
 
+    /* what a failed expansion leaves in out (the dead letter's
+     * original_topic): never a name a real topic could have */
+    CHECK(strcmp(out, "x.{region}") == 0);
+    ev.extra[0] = (struct outbox_field){NULL, 0}; /* NULL tenant */
+    ev.extra[1] = (struct outbox_field){"order", 5};
+    CHECK_EQ_INT(topic_name_event("outbox.event.{tenant}", &ev, &m, out, sizeof out), -1);
+    CHECK(strcmp(out, "outbox.event.{tenant}") == 0);
+    CHECK_EQ_INT(topic_name_event("{aggregatetype}.{tenant}.{type}", &ev, &m, out, sizeof out),
+                 -1);
+    CHECK(strcmp(out, "order.{tenant}.OrderCreated") == 0);
+    char huge[300];
+    memset(huge, 'r', sizeof huge);
+    ev.extra[0] = (struct outbox_field){huge, sizeof huge}; /* longer than out */
+    CHECK_EQ_INT(topic_name_event("outbox.event.{tenant}", &ev, &m, out, sizeof out), -1);
+    CHECK(strcmp(out, "outbox.event.{tenant}") == 0);
+    ev.extra[0] = (struct outbox_field){huge, 240}; /* fits, but past 249 bytes */
+    CHECK_EQ_INT(topic_name_event("outbox.event.{tenant}", &ev, &m, out, sizeof out), -1);
+    CHECK_EQ_INT(strlen(out), 13 + 240);
+    ev.extra[1] = (struct outbox_field){"or der", 6}; /* refused character: shown */
+    CHECK_EQ_INT(topic_name_event("x.{aggregatetype}", &ev, &m, out, sizeof out), -1);
+    CHECK(strcmp(out, "x.or der") == 0);
+
     CHECK_EQ_INT(topic_check_template("outbox.event.{aggregatetype}", err, sizeof err), 0);
     CHECK_EQ_INT(topic_check_template("{Region_2}.{type}", err, sizeof err), 0);
     CHECK_EQ_INT(topic_check_template("x.{no-pe}", err, sizeof err), -1);
