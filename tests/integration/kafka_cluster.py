@@ -135,8 +135,8 @@ class _TopicOps:
         rf = rf or self.replication
         nt = NewTopic(name, num_partitions=partitions, replication_factor=rf,
                       config={k: str(v) for k, v in (configs or {}).items()})
-        fut = _admin(self.bootstrap).create_topics([nt], request_timeout=timeout)[name]
-        fut.result(timeout)
+        admin = _admin(self.bootstrap)  # held: a collected client fails its futures
+        admin.create_topics([nt], request_timeout=timeout)[name].result(timeout)
 
         def ready():
             tm = _metadata(self.bootstrap).topics.get(name)
