@@ -81,20 +81,26 @@ class KafkaUnavailable(Exception):
 
 
 _classpath = None
+_unreachable = None
 _classpath_lock = threading.Lock()
 
 
 def classpath(timeout=900):
-    """The broker's lib dir from tests/tools/kafka.sh (cached per process).
+    """The broker's lib dir from tests/tools/kafka.sh (cached per process,
+    and so is an unreachable Maven Central: one attempt per process).
     Raises KafkaUnavailable on kafka.sh's exit status 3, RuntimeError on
     any other failure."""
-    global _classpath
+    global _classpath, _unreachable
     with _classpath_lock:
+        if _unreachable is not None:
+            raise KafkaUnavailable(_unreachable)
         if _classpath is None:
             res = subprocess.run(["bash", KAFKA_SH], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, timeout=timeout)
             if res.returncode == 3:
-                raise KafkaUnavailable(res.stderr.strip())
+                lines = res.stderr.strip().splitlines()
+                _unreachable = lines[-1] if lines else "Maven Central cannot be reached"
+                raise KafkaUnavailable(_unreachable)
             if res.returncode != 0:
                 raise RuntimeError("tests/tools/kafka.sh failed (%d):\n%s"
                                    % (res.returncode, res.stderr))

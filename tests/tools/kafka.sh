@@ -114,7 +114,7 @@ EOF
 
 echo "kafka.sh: fetching kafka_2.13 $version and log4j $log4j from Maven Central into $lib" >&2
 set +e
-timeout "$fetch_timeout" mvn -B -q -f "$dir/pom.xml" \
+timeout "$fetch_timeout" mvn -B -q -Dstyle.color=never -f "$dir/pom.xml" \
     -Dmaven.wagon.http.retryHandler.count=2 \
     -Dmaven.wagon.httpconnectionManager.ttlSeconds=30 \
     dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$lib" \
@@ -124,10 +124,14 @@ set -e
 if [ "$rc" -ne 0 ]; then
     # Network failures (no route, DNS, refused, timeouts, our own deadline)
     # are "Maven Central unreachable"; anything else is a real error.
-    if [ "$rc" -eq 124 ] || grep -qiE "Could not transfer|Unknown ?Host|UnknownHostException|Connection refused|Network is unreachable|Connect(ion)? timed out|Read timed out|No route to host|Temporary failure in name resolution|PKIX path" "$dir/mvn.log"; then
-        echo "kafka.sh: Maven Central cannot be reached, so there is no Kafka broker to test against" \
-             "(kafka_2.13 $version; see $dir/mvn.log):" >&2
-        grep -m3 -iE "ERROR" "$dir/mvn.log" | cut -c1-300 >&2 || true
+    network="Could not transfer|Unknown ?Host|UnknownHostException|Connection refused|Network is unreachable|Connect(ion)? timed out|Read timed out|No route to host|Temporary failure in name resolution|PKIX path"
+    if [ "$rc" -eq 124 ] || grep -qiE "$network" "$dir/mvn.log"; then
+        why=$(grep -oiE "(Unknown ?Host|Connection refused|Network is unreachable|Connect(ion)? timed out|Read timed out|No route to host|PKIX path)[^[]*" \
+                  "$dir/mvn.log" | head -1 | sed 's/ -> *$//' || true)
+        [ -n "$why" ] || why="could not transfer from it"
+        [ "$rc" -ne 124 ] || why="no answer within ${fetch_timeout} s"
+        echo "kafka.sh: Maven Central cannot be reached (${why# }), so there is no Kafka" \
+             "$version broker to test against; mvn's log: $dir/mvn.log" >&2
         exit 3
     fi
     tail -20 "$dir/mvn.log" >&2
