@@ -118,6 +118,21 @@ def _cluster_id():
             return cid
 
 
+def _sweep_orphans():
+    """Removes the data dirs of clusters whose owner died by SIGKILL (its
+    JVMs died with it, PR_SET_PDEATHSIG, but nobody removed the dir)."""
+    import glob
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), "outbox-kafka-*")):
+        try:
+            with open(os.path.join(d, "owner.pid")) as f:
+                pid = int(f.read())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (OSError, ValueError):
+            pass  # being created, or not ours to judge
+
+
 def _admin(bootstrap):
     from confluent_kafka.admin import AdminClient
     return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
@@ -299,7 +314,10 @@ class KafkaCluster(_TopicOps):
         self.n = nodes
         self.replication = min(3, nodes)
         self.keep_dir = keep_dir
+        _sweep_orphans()
         self.root = tempfile.mkdtemp(prefix="outbox-kafka-")
+        with open(os.path.join(self.root, "owner.pid"), "w") as f:
+            f.write("%d\n" % os.getpid())
         with open(os.path.join(self.root, "log4j2.properties"), "w") as f:
             f.write(LOG4J2)
         combined = nodes == 1
