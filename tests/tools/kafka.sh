@@ -25,8 +25,8 @@
 # 1 on any other failure (a version that does not exist, no Java).
 set -euo pipefail
 
-version=${OUTBOX_KAFKA_VERSION:-4.1.1}
-log4j=${OUTBOX_LOG4J_VERSION:-2.25.2}
+version=${OUTBOX_KAFKA_VERSION:-4.4.0}
+log4j=${OUTBOX_LOG4J_VERSION:-2.26.1}
 # Kafka's POM asks for slf4j-api 1.7, which cannot see log4j-slf4j2-impl (an
 # slf4j 2 provider): the broker would log nothing. Declared here, 2.x wins.
 slf4j=${OUTBOX_SLF4J_VERSION:-2.0.17}
