@@ -187,17 +187,23 @@ def finish(pg, r, bootstrap, topic, load, markers=()):
     return verify(pg, bootstrap, topic, load, set(markers) | {marker_id})
 
 
-def high_watermarks(bootstrap, topic):
-    """{partition: high watermark}."""
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw-" + uuid.uuid4().hex[:8],
-                  "log_level": 0})
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in sorted(parts)}
-    finally:
-        c.close()
+def high_watermarks(bootstrap, topic, timeout=30):
+    """{partition: high watermark}; asked again while a partition has no
+    leader the client knows of (an election, stale metadata)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    def ask():
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw-" + uuid.uuid4().hex[:8],
+                      "log_level": 0})
+        try:
+            parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in sorted(parts)}
+        except KafkaException:
+            return None
+        finally:
+            c.close()
+    return wait_until(ask, timeout, interval=0.5, message="the high watermarks of %s" % topic)
 
 
 # --------------------------------------------------------------------------
@@ -252,11 +258,13 @@ def test_sigkill_of_the_busiest_partitions_leader(own_kafka_cluster, pg, relayer
     print("real kafka: SIGKILLed broker %d, leader of %s[%d] (%d records there, %s)"
           % (victim, topic, busiest, hw[busiest], hw))
 
-    def new_leader():
+    def new_leaders():
         assert r.running(), "relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail())
-        leader = cluster.leader_of(topic, busiest)
-        return leader not in (victim, -1) and leader
-    leader = wait_until(new_leader, 60, interval=0.2, message="a new leader of the partition")
+        leaders = [cluster.leader_of(topic, p) for p in range(3)]
+        return all(x not in (victim, -1) for x in leaders) and leaders
+    leaders = wait_until(new_leaders, 60, interval=0.2,
+                         message="leaders other than broker %d for every partition" % victim)
+    leader = leaders[busiest]
     t_elected = time.monotonic()
     at_election = sum(high_watermarks(cluster.bootstrap, topic).values())
     keep_running(r, 5)
