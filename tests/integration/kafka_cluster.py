@@ -187,8 +187,13 @@ class _TopicOps:
 
     def wait_isr(self, topic, partition, size, timeout=60):
         """Waits until the partition's ISR has `size` members."""
-        return wait_until(lambda: len(self.isr_of(topic, partition)) == size and
-                          self.isr_of(topic, partition), timeout, interval=0.3,
+        def isr():
+            try:
+                members = self.isr_of(topic, partition)
+            except Exception:  # metadata unavailable for a moment: ask again
+                return None
+            return len(members) == size and members
+        return wait_until(isr, timeout, interval=0.3,
                           message="%s[%d] ISR of %d" % (topic, partition, size))
 
 

@@ -26,11 +26,9 @@ was committed is what the table holds at the end.
 
 import json
 import random
+import threading
 import time
 import uuid
-
-import psycopg2
-import pytest
 
 import harness
 from harness import wait_until
@@ -84,7 +82,6 @@ class Load:
         self.stop_flag = None
 
     def start(self):
-        import threading
         self.stop_flag = threading.Event()
         batch = [Producer(self.pg, len(self.all) + i, self.aggs,
                           random.Random(self.rng.random()), self.stop_flag)
@@ -268,8 +265,11 @@ def test_sigkill_of_the_busiest_partitions_leader(own_kafka_cluster, pg, relayer
     t_elected = time.monotonic()
     at_election = sum(high_watermarks(cluster.bootstrap, topic).values())
     keep_running(r, 5)
-    grown = sum(high_watermarks(cluster.bootstrap, topic).values())
-    assert grown > at_election, "nothing arrived after the new leader took over"
+
+    def grown():
+        assert r.running(), "relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail())
+        return sum(high_watermarks(cluster.bootstrap, topic).values()) > at_election
+    wait_until(grown, 60, interval=0.5, message="records after the new leaders took over")
 
     # The broker comes back (as a service manager would) while the
     # producers go on, and rejoins the ISR.
