@@ -8,6 +8,10 @@
       from a rolled-back transaction, per-aggregate order kept
   test_core_claim_on_a_single_broker
       the same on the shared single broker (replication factor 1)
+  test_orders_through_a_consumer_group
+      the orders example end to end: relayer, then outbox-consume in a
+      consumer group (librdkafka 2.0.2's JoinGroup against Kafka 4.x),
+      each order's points applied exactly once
   test_sigkill_of_the_busiest_partitions_leader
       fault 1 of the issue: SIGKILL of the broker leading the busiest
       partition while producers commit; 0 lost, order kept, the relayer
@@ -33,6 +37,7 @@ import uuid
 import harness
 from harness import wait_until
 from test_chaos import Producer, commit_marker, read_to_end
+from test_consumer import consume, consumer_args, consumer_binary, place_orders, shop, wait_points  # noqa: F401
 
 SLOT = "outbox_relay"
 PRODUCERS = 3
@@ -231,6 +236,23 @@ def test_core_claim_on_a_real_cluster(kafka_cluster, pg, relayer, unique_topic):
 
 def test_core_claim_on_a_single_broker(kafka_single, pg, relayer, unique_topic):
     core_claim(kafka_single, pg, relayer, unique_topic(), rf=1, seconds=5)
+
+
+def test_orders_through_a_consumer_group(kafka_cluster, shop, relayer, consume, unique_topic):
+    pg = shop
+    topic = kafka_cluster.create_topic(unique_topic(), partitions=3, rf=3, configs=MIN_ISR)
+    r = start_relayer(relayer, pg, kafka_cluster.bootstrap, topic)
+    con = consume(*consumer_args(pg, kafka_cluster, topics=topic, group=unique_topic("group"),
+                                 tuning="defaults"))
+    customers = [str(uuid.uuid4()) for _ in range(6)]
+    expected = {}
+    place_orders(pg, customers, 30, expected)
+    t0 = time.monotonic()
+    wait_points(pg, expected, 90, con)
+    print("real kafka: 30 orders applied by the consumer group %.1f s after the last commit"
+          % (time.monotonic() - t0))
+    assert pg.scalar("SELECT count(*) FROM processed_events") == 30
+    assert r.running() and con.running()
 
 
 # --------------------------------------------------------------------------
