@@ -279,7 +279,10 @@ def test_sigkill_of_the_busiest_partitions_leader(own_kafka_cluster, pg, relayer
 
     def new_leaders():
         assert r.running(), "relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail())
-        leaders = [cluster.leader_of(topic, p) for p in range(3)]
+        try:
+            leaders = [cluster.leader_of(topic, p) for p in range(3)]
+        except Exception:  # metadata briefly unavailable: ask again
+            return None
         return all(x not in (victim, -1) for x in leaders) and leaders
     leaders = wait_until(new_leaders, 60, interval=0.2,
                          message="leaders other than broker %d for every partition" % victim)
