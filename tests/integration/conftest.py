@@ -9,6 +9,8 @@
   relay_args   the usual "--dsn ... --brokers ..." pair for pg and broker
   kafka        read-back helpers bound to the broker: kafka.read(topic, expected, timeout),
                kafka.topics()
+  kafka_cluster, kafka_single, own_kafka_cluster, unique_topic
+               a real Apache Kafka (KRaft): see kafka_fixtures.py
   plugin       the output plugin of the test's relayers: a suite with
                `pytestmark = pytest.mark.usefixtures("plugin")` runs every test
                once per plugin (harness.PLUGINS); @pytest.mark.plugins("wal2json")
@@ -30,6 +32,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
+# A real Apache Kafka: kafka_cluster, kafka_single, own_kafka_cluster, unique_topic.
+from kafka_fixtures import kafka_cluster, kafka_single, own_kafka_cluster, unique_topic  # noqa: E402,F401
 
 
 def pytest_generate_tests(metafunc):
