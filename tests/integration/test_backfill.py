@@ -39,7 +39,7 @@ import pytest
 
 import harness
 
-pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
 
 TOTAL = 120000
 DISPATCHED = 60000  # ids 1..60000 were dispatched by the poller

@@ -64,7 +64,7 @@ from test_backfill import marker
 from test_chaos import SLOT, TOPICS, Supervisor, read_to_end
 from test_partitions import load_partitioned_layout
 
-pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
 
 AGGREGATES = 16
 BACKLOG = 48000            # seeded rows, BACKLOG / AGGREGATES per aggregate
