@@ -55,7 +55,7 @@ def pytest_generate_tests(metafunc):
         majors = [m for m in pg_majors() if only is None or m in only.args]
         if not {"pg", "pg_factory"} & set(metafunc.fixturenames):
             majors = majors[:1]  # starts no server: once is enough
-        metafunc.parametrize("pg_major", majors, indirect=True, ids=lambda m: "pg%d" % m)
+        metafunc.parametrize("pg_major", majors, indirect=True, ids=["pg%d" % m for m in majors])
 
 
 @pytest.fixture
