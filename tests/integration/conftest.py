@@ -20,7 +20,9 @@
                @pytest.mark.pg_majors(15) restricts one test. A major whose
                binaries are missing (tests/tools/pgtrees.sh could not build
                its tree) is SKIPPED with the reason. Tests without pg_major
-               run on 15 only.
+               run on 15 only. A suite marked plugin_per_major runs both
+               plugins on 15 but one on each newer major (PLUGIN_ON_MAJOR),
+               unless OUTBOX_TEST_PG_ALL_PLUGINS=1.
 
 Run: cmake --build build && /usr/bin/python3 -m pytest -q tests/integration
 The build dir is $OUTBOX_RELAY_BUILD (default <repo>/build).
@@ -46,15 +48,39 @@ def pg_majors():
     return [int(m) for m in text.replace(",", " ").split()]
 
 
+# The plugin a plugin_per_major suite runs with on each newer major: both
+# plugins still meet both newer majors across the suites so marked, at half
+# the cost (tests/run.sh's time budget). Suites whose subject is decoding
+# (core, pgoutput, partitions, layouts) run every plugin on every major.
+PLUGIN_ON_MAJOR = {17: "pgoutput", 18: "wal2json"}
+
+
+def _test_majors(metafunc):
+    only = metafunc.definition.get_closest_marker("pg_majors")
+    majors = [m for m in pg_majors() if only is None or m in only.args]
+    if not {"pg", "pg_factory"} & set(metafunc.fixturenames):
+        majors = majors[:1]  # starts no server: once is enough
+    return majors
+
+
 def pytest_generate_tests(metafunc):
-    if "plugin" in metafunc.fixturenames:
+    names = metafunc.fixturenames
+    plugins = None
+    if "plugin" in names:
         only = metafunc.definition.get_closest_marker("plugins")
-        metafunc.parametrize("plugin", only.args if only else harness.PLUGINS, indirect=True)
-    if "pg_major" in metafunc.fixturenames:
-        only = metafunc.definition.get_closest_marker("pg_majors")
-        majors = [m for m in pg_majors() if only is None or m in only.args]
-        if not {"pg", "pg_factory"} & set(metafunc.fixturenames):
-            majors = majors[:1]  # starts no server: once is enough
+        plugins = list(only.args if only else harness.PLUGINS)
+    if ("plugin" in names and "pg_major" in names
+            and metafunc.definition.get_closest_marker("plugin_per_major")
+            and os.environ.get("OUTBOX_TEST_PG_ALL_PLUGINS") != "1"):
+        pairs = [(p, m) for p in plugins for m in _test_majors(metafunc)
+                 if m == harness.HOST_MAJOR or PLUGIN_ON_MAJOR.get(m, p) == p]
+        metafunc.parametrize(["plugin", "pg_major"], pairs, indirect=True,
+                             ids=["%s-pg%d" % pm for pm in pairs])
+        return
+    if plugins is not None:
+        metafunc.parametrize("plugin", plugins, indirect=True)
+    if "pg_major" in names:
+        majors = _test_majors(metafunc)
         metafunc.parametrize("pg_major", majors, indirect=True, ids=["pg%d" % m for m in majors])
 
 
@@ -140,6 +166,8 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_configure(config):
     config.addinivalue_line("markers", "plugins(*names): the output plugins a test runs with")
     config.addinivalue_line("markers", "pg_majors(*majors): the PostgreSQL majors a test runs on")
+    config.addinivalue_line("markers", "plugin_per_major: one plugin per newer major "
+                            "(conftest.PLUGIN_ON_MAJOR), both on 15")
     # SIGTERM to pytest (a CI timeout) unwinds like Ctrl-C, so fixture
     # finalizers and the atexit hook stop every cluster and daemon.
     def on_term(signum, frame):

@@ -17,7 +17,8 @@ import pytest
 
 import harness
 
-pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
+# per plugin and major, one plugin on each newer major (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
 
 
 Producers = harness.Producers
