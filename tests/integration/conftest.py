@@ -17,7 +17,9 @@
                with `pytestmark = pytest.mark.usefixtures("plugin", "pg_major")`
                runs every test once per major of $OUTBOX_TEST_PG_MAJORS
                (default "15 17 18"; ids like test_x[wal2json-pg17]);
-               @pytest.mark.pg_majors(15) restricts one test. A major whose
+               @pytest.mark.pg_majors(15) restricts one test (a test
+               without pg or pg_factory runs once, on the first major,
+               unless it names its majors so). A major whose
                binaries are missing (tests/tools/pgtrees.sh could not build
                its tree) is SKIPPED with the reason. Tests without pg_major
                run on 15 only. A suite marked plugin_per_major runs both
@@ -58,7 +60,7 @@ PLUGIN_ON_MAJOR = {17: "pgoutput", 18: "wal2json"}
 def _test_majors(metafunc):
     only = metafunc.definition.get_closest_marker("pg_majors")
     majors = [m for m in pg_majors() if only is None or m in only.args]
-    if not {"pg", "pg_factory"} & set(metafunc.fixturenames):
+    if only is None and not {"pg", "pg_factory"} & set(metafunc.fixturenames):
         majors = majors[:1]  # starts no server: once is enough
     return majors
 
