@@ -83,8 +83,12 @@ pgl_start() {
     opts+=" -c fsync=off -c full_page_writes=off"
     # As docs/operations.md tells users: since the November 2026 minors a
     # non-core output plugin (wal2json) must be named here.
-    if ${PGL_TREE:+chroot "$PGL_TREE"} "$PGL_BIN/postgres" --describe-config 2>/dev/null |
-            grep -q '^output_plugin_libraries'; then
+    # Read whole, then searched: piped into grep -q, postgres could take
+    # SIGPIPE once grep had its match, and under a caller's pipefail the
+    # test failed now and then (demo: "may not be used as an output plugin").
+    local params
+    params=$(${PGL_TREE:+chroot "$PGL_TREE"} "$PGL_BIN/postgres" --describe-config 2>/dev/null)
+    if grep -q '^output_plugin_libraries' <<<"$params"; then
         opts+=" -c output_plugin_libraries='pgoutput,test_decoding,wal2json'"
     fi
     while [ $# -gt 0 ]; do
