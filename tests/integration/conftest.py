@@ -15,6 +15,18 @@
                `pytestmark = pytest.mark.usefixtures("plugin")` runs every test
                once per plugin (harness.PLUGINS); @pytest.mark.plugins("wal2json")
                restricts one test to the plugins it is about
+  pg_major     the PostgreSQL major of the test's clusters (15, 17, 18): a suite
+               with `pytestmark = pytest.mark.usefixtures("plugin", "pg_major")`
+               runs every test once per major of $OUTBOX_TEST_PG_MAJORS
+               (default "15 17 18"; ids like test_x[wal2json-pg17]);
+               @pytest.mark.pg_majors(15) restricts one test (a test
+               without pg or pg_factory runs once, on the first major,
+               unless it names its majors so). A major whose
+               binaries are missing (tests/tools/pgtrees.sh could not build
+               its tree) is SKIPPED with the reason. Tests without pg_major
+               run on 15 only. A suite marked plugin_per_major runs both
+               plugins on 15 but one on each newer major (PLUGIN_ON_MAJOR),
+               unless OUTBOX_TEST_PG_ALL_PLUGINS=1.
 
 Run: cmake --build build && /usr/bin/python3 -m pytest -q tests/integration
 The build dir is $OUTBOX_RELAY_BUILD (default <repo>/build).
@@ -36,10 +48,47 @@ import harness  # noqa: E402
 from kafka_fixtures import kafka_cluster, kafka_single, own_kafka_cluster, unique_topic  # noqa: E402,F401
 
 
+def pg_majors():
+    """The majors the multi-major suites run on: $OUTBOX_TEST_PG_MAJORS
+    (spaces or commas), default all we support."""
+    text = os.environ.get("OUTBOX_TEST_PG_MAJORS") or "15 17 18"
+    return [int(m) for m in text.replace(",", " ").split()]
+
+
+# The plugin a plugin_per_major suite runs with on each newer major: both
+# plugins still meet both newer majors across the suites so marked, at half
+# the cost (tests/run.sh's time budget). Suites whose subject is decoding
+# (core, pgoutput, partitions, layouts) run every plugin on every major.
+PLUGIN_ON_MAJOR = {17: "pgoutput", 18: "wal2json"}
+
+
+def _test_majors(metafunc):
+    only = metafunc.definition.get_closest_marker("pg_majors")
+    majors = [m for m in pg_majors() if only is None or m in only.args]
+    if only is None and not {"pg", "pg_factory"} & set(metafunc.fixturenames):
+        majors = majors[:1]  # starts no server: once is enough
+    return majors
+
+
 def pytest_generate_tests(metafunc):
-    if "plugin" in metafunc.fixturenames:
+    names = metafunc.fixturenames
+    plugins = None
+    if "plugin" in names:
         only = metafunc.definition.get_closest_marker("plugins")
-        metafunc.parametrize("plugin", only.args if only else harness.PLUGINS, indirect=True)
+        plugins = list(only.args if only else harness.PLUGINS)
+    if ("plugin" in names and "pg_major" in names
+            and metafunc.definition.get_closest_marker("plugin_per_major")
+            and os.environ.get("OUTBOX_TEST_PG_ALL_PLUGINS") != "1"):
+        pairs = [(p, m) for p in plugins for m in _test_majors(metafunc)
+                 if m == harness.HOST_MAJOR or PLUGIN_ON_MAJOR.get(m, p) == p]
+        metafunc.parametrize(["plugin", "pg_major"], pairs, indirect=True,
+                             ids=["%s-pg%d" % pm for pm in pairs])
+        return
+    if plugins is not None:
+        metafunc.parametrize("plugin", plugins, indirect=True)
+    if "pg_major" in names:
+        majors = _test_majors(metafunc)
+        metafunc.parametrize("pg_major", majors, indirect=True, ids=["pg%d" % m for m in majors])
 
 
 @pytest.fixture
@@ -49,6 +98,18 @@ def plugin(request):
     harness.current_plugin = request.param
     yield request.param
     harness.current_plugin = None
+
+
+@pytest.fixture
+def pg_major(request):
+    """The PostgreSQL major of this test's clusters (harness.current_pg_major);
+    skips the test when that major's binaries are not on this machine."""
+    why = harness.pg_unavailable_reason(request.param)
+    if why:
+        pytest.skip(why)
+    harness.current_pg_major = request.param
+    yield request.param
+    harness.current_pg_major = None
 
 
 def _slow_first_ranks():
@@ -111,6 +172,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "plugins(*names): the output plugins a test runs with")
+    config.addinivalue_line("markers", "pg_majors(*majors): the PostgreSQL majors a test runs on")
+    config.addinivalue_line("markers", "plugin_per_major: one plugin per newer major "
+                            "(conftest.PLUGIN_ON_MAJOR), both on 15")
     # SIGTERM to pytest (a CI timeout) unwinds like Ctrl-C, so fixture
     # finalizers and the atexit hook stop every cluster and daemon.
     def on_term(signum, frame):
@@ -161,16 +225,18 @@ def build_dir():
 
 
 @pytest.fixture
-def pg_factory():
-    """Starts PostgreSQL clusters on demand; all are stopped and removed at
-    teardown, whatever the test's outcome."""
+def pg_factory(request):
+    """Starts PostgreSQL clusters on demand, of the test's major (pg_major;
+    15 without it); all are stopped and removed at teardown, whatever the
+    test's outcome."""
     clusters = []
+    major = request.getfixturevalue("pg_major") if "pg_major" in request.fixturenames else None
 
     def make(settings=None, password_auth=None, load_schema=True, name="pg", port=None,
              without_sql=()):
         c = harness.PgCluster(settings=settings, password_auth=password_auth,
                               load_schema=load_schema, name=name, port=port,
-                              without_sql=without_sql)
+                              without_sql=without_sql, major=major or harness.HOST_MAJOR)
         clusters.append(c)
         return c
 
@@ -189,18 +255,35 @@ def pg(pg_factory):
 @pytest.fixture
 def public_tmp_dir():
     """Factory of empty dirs the postgres user can read (pytest's tmp_path
-    is private to root); removed at teardown."""
+    is private to root), where the test's server sees them (in its tree for
+    17+: pass harness.server_path(d) to the server); removed at teardown."""
     dirs = []
 
     def make():
-        d = tempfile.mkdtemp(prefix="outbox-public-")
-        os.chmod(d, 0o755)
+        d = harness.pg_install().mkdtemp("outbox-public-")
         dirs.append(d)
         return d
 
     yield make
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def libdir_without(public_tmp_dir):
+    """Factory: libdir_without("wal2json") is a dynamic_library_path for
+    the test's server (its own view of the path) where every module of its
+    major's lib dir is found except those named. Only the empty dir used
+    to do on 15 and 17, where core extensions (plpgsql, loaded by
+    sql/003) load as "$libdir/x"; since 18 they load by bare name too."""
+    def make(*names):
+        inst = harness.pg_install()
+        d = public_tmp_dir()
+        for f in os.listdir(inst.host_path(inst.pkglibdir)):
+            if f.endswith(".so") and f[:-3] not in names:
+                os.symlink(os.path.join(inst.pkglibdir, f), os.path.join(d, f))
+        return inst.server_path(d)
+    return make
 
 
 @pytest.fixture

@@ -2,12 +2,14 @@
 
 Everything here starts something real and owns its shutdown:
 
-  PgCluster   a throwaway PostgreSQL 15 (wal_level=logical, wal2json) in a
+  PgCluster   a throwaway PostgreSQL (wal_level=logical, wal2json) in a
               temp dir, run as the postgres user because PostgreSQL refuses
               root; the outbox schema from sql/*.sql is loaded on first start.
               The postmaster is our child (not daemonized by pg_ctl) and gets
               SIGKILL if the test process dies, so a killed pytest leaves no
-              server behind.
+              server behind. major=15 runs the host's binaries; 17 and 18 run
+              the server inside a Debian tree (tests/tools/pgtrees.sh), see
+              PgInstall.
   MockBroker  build/mock-broker (librdkafka's mock cluster) with its stdin
               control channel.
   Process     any daemon under test (build/outbox-relay): stderr to a log
@@ -35,7 +37,9 @@ import time
 import uuid
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PG_BIN = "/usr/lib/postgresql/15/bin"
+HOST_MAJOR = 15                         # the host's own PostgreSQL (bookworm)
+PG_BIN = "/usr/lib/postgresql/15/bin"   # its binaries; other majors: PgInstall
+PG_TREES = os.environ.get("OUTBOX_PG_TREES") or "/var/cache/outbox-relay/pg-trees"
 
 _live = set()           # objects with a .cleanup() still to run at exit
 _live_lock = threading.Lock()
@@ -183,29 +187,6 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _become_postgres_and_die_with_parent():
-    """A preexec_fn that drops root for the postgres user (PostgreSQL
-    refuses root) and then asks for SIGKILL when the test process dies
-    (after setuid: a credential change clears the death signal)."""
-    import ctypes
-    import pwd
-    pw = pwd.getpwnam("postgres")  # looked up before fork, not in the child
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def fn():
-        os.setgroups([])
-        os.setgid(pw.pw_gid)
-        os.setuid(pw.pw_uid)
-        os.environ["HOME"] = pw.pw_dir
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-    return fn
-
-
-def _as_postgres(argv):
-    return ["runuser", "-u", "postgres", "--"] + argv
-
-
 # --------------------------------------------------------------------------
 # PostgreSQL
 # --------------------------------------------------------------------------
@@ -224,46 +205,227 @@ BASE_SETTINGS = {
 }
 
 
-def _server_parameters(bin_dir):
-    """The names of the parameters this server binary knows (postgres
-    --describe-config), to configure only what exists on its minor."""
-    out = subprocess.run([bin_dir + "/postgres", "--describe-config"], capture_output=True,
-                         text=True, check=True).stdout
-    return {line.split("\t", 1)[0] for line in out.splitlines() if line}
-
-
 # What docs/operations.md tells a user to configure: since the November 2026
-# minors (15.19+, every major), a non-core output plugin must be named in
-# output_plugin_libraries. A test that proves the refusals removes it again
-# (settings={"output_plugin_libraries": None}).
-if "output_plugin_libraries" in _server_parameters(PG_BIN):
-    BASE_SETTINGS["output_plugin_libraries"] = "pgoutput, test_decoding, wal2json"
-
-_template_lock = threading.Lock()
-_template_dir = None
+# minors (15.19+, 17.12+, every major), a non-core output plugin must be
+# named in output_plugin_libraries. Set where the server knows it
+# (PgInstall.base_settings); a test that proves the refusals removes it
+# again (settings={"output_plugin_libraries": None}).
+OUTPUT_PLUGIN_LIBRARIES = "pgoutput, test_decoding, wal2json"
 
 
-def _template_datadir():
-    """initdb once per process; every cluster copies this data dir (cp -a is
-    ~10x faster than initdb)."""
-    global _template_dir
-    with _template_lock:
-        if _template_dir is None:
-            root = tempfile.mkdtemp(prefix="outbox-pgtemplate-")
-            os.chmod(root, 0o755)
-            data = os.path.join(root, "data")
-            os.mkdir(data, 0o700)
-            shutil.chown(data, "postgres", "postgres")
-            _run(_as_postgres([PG_BIN + "/initdb", "-D", data, "-A", "trust", "-U", "postgres",
-                               "-E", "UTF8", "--no-locale", "-N"]), timeout=120)
-            _template_dir = root
-            atexit.register(shutil.rmtree, root, True)
-        return os.path.join(_template_dir, "data")
+class PgUnavailable(RuntimeError):
+    """This major's binaries are not on this machine (str(): why); the
+    fixtures turn it into a skip."""
+
+
+class PgInstall:
+    """The binaries of one PostgreSQL major and how to run them.
+
+    major 15 (HOST_MAJOR): the host's /usr/lib/postgresql/15. Others: a
+    Debian tree PG_TREES/pgNN built by tests/tools/pgtrees.sh (usable once
+    its pgNN.stamp exists), whose programs run chrooted into the tree as
+    the tree's own postgres user. The server then shares our network
+    namespace, so clients (psycopg2, the relayer) reach it on 127.0.0.1
+    unchanged; only file paths differ: a file the server sees as /tmp/x is
+    root + "/tmp/x" here (host_path / server_path).
+    """
+
+    def __init__(self, major):
+        import pwd
+        self.major = int(major)
+        self.bin = "/usr/lib/postgresql/%d/bin" % self.major     # as the server sees it
+        self.pkglibdir = "/usr/lib/postgresql/%d/lib" % self.major
+        if self.major == HOST_MAJOR:
+            self.root = None
+            pw = pwd.getpwnam("postgres")
+            self.uid, self.gid, self.home = pw.pw_uid, pw.pw_gid, pw.pw_dir
+        else:
+            self.root = os.path.join(PG_TREES, "pg%d" % self.major)
+            why = self._unavailable_reason()
+            if why:
+                raise PgUnavailable(why)
+            with open(os.path.join(self.root, "etc", "passwd")) as f:
+                for line in f:
+                    fields = line.rstrip("\n").split(":")
+                    if fields[0] == "postgres":
+                        self.uid, self.gid, self.home = int(fields[2]), int(fields[3]), fields[5]
+                        break
+                else:
+                    raise PgUnavailable("no postgres user in %s/etc/passwd" % self.root)
+        self._params = None
+        self._template = None
+        self._lock = threading.Lock()
+
+    def _unavailable_reason(self):
+        stamp = os.path.join(PG_TREES, "pg%d.stamp" % self.major)
+        if os.path.exists(stamp) and os.access(self.host_path(self.bin + "/postgres"), os.X_OK):
+            return None
+        why = "no PostgreSQL %d tree in %s" % (self.major, PG_TREES)
+        try:
+            with open(os.path.join(PG_TREES, "pg%d.unavailable" % self.major)) as f:
+                why += ": " + f.read().strip()
+        except OSError:
+            why += " (build it: bash tests/tools/pgtrees.sh %d)" % self.major
+        return why
+
+    # -- paths -------------------------------------------------------------
+
+    def host_path(self, path):
+        """Where a path the server sees is in our file system."""
+        return path if self.root is None else self.root + path
+
+    def server_path(self, path):
+        """How the server sees one of our paths (which must be in the tree)."""
+        if self.root is None:
+            return path
+        path = os.path.abspath(path)
+        if not path.startswith(self.root + "/"):
+            raise ValueError("%s is outside the PostgreSQL %d tree %s" % (path, self.major, self.root))
+        return path[len(self.root):]
+
+    def mkdtemp(self, prefix):
+        """An empty dir owned by this major's postgres user, in a place its
+        server can see (the tree's /tmp); returns our path to it."""
+        d = tempfile.mkdtemp(prefix=prefix, dir=self.host_path("/tmp") if self.root else None)
+        os.chmod(d, 0o755)
+        self.chown(d)
+        return d
+
+    def chown(self, path):
+        os.chown(path, self.uid, self.gid)
+
+    # -- running its programs ----------------------------------------------
+
+    def preexec(self, die_with_parent=True):
+        """A preexec_fn: into the tree (if any), drop root for its postgres
+        user (PostgreSQL refuses root), then SIGKILL on the test process's
+        death (after setuid: a credential change clears the death signal)."""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        root, uid, gid = self.root, self.uid, self.gid
+
+        def fn():
+            if root is not None:
+                os.chroot(root)
+                os.chdir("/")
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            if die_with_parent:
+                libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+        return fn
+
+    def env(self):
+        """The environment of its programs: ours with its postgres user's
+        HOME, and for a tree a locale every tree has (the host's LANG may
+        name one a minimal tree lacks)."""
+        env = dict(os.environ, HOME=self.home)
+        if self.root is not None:
+            env.update(LC_ALL="C", LANG="C")
+            env.pop("LANGUAGE", None)
+        return env
+
+    def argv(self, tool, *args):
+        return [tool if tool.startswith("/") else "%s/%s" % (self.bin, tool)] + [str(a) for a in args]
+
+    def run(self, tool, *args, timeout=60, check=True, as_postgres=True):
+        """Runs one of its programs (pg_waldump, pg_resetwal, ...; a bare
+        name is looked up in its bin dir) to completion as its postgres
+        user, inside the tree for 17+; paths in args are the server's view
+        (server_path). Returns the CompletedProcess (stdout+stderr in
+        .stdout); raises RuntimeError on a non-zero exit if check."""
+        return _run(self.argv(tool, *args), timeout=timeout, check=check, env=self.env(),
+                    cwd="/", preexec_fn=self.preexec() if as_postgres else self._enter_tree)
+
+    def _enter_tree(self):
+        """preexec_fn of what may run as root (postgres --describe-config)."""
+        if self.root is not None:
+            os.chroot(self.root)
+            os.chdir("/")
+
+    def version(self):
+        """'PostgreSQL 17.12' style server version string of this install."""
+        out = self.run("postgres", "--version", as_postgres=False).stdout
+        return out.strip()
+
+    def parameters(self):
+        """The names of the parameters this server binary knows (postgres
+        --describe-config), to configure only what exists on its minor."""
+        with self._lock:
+            if self._params is None:
+                out = self.run("postgres", "--describe-config", as_postgres=False).stdout
+                self._params = {line.split("\t", 1)[0] for line in out.splitlines() if line}
+            return self._params
+
+    def base_settings(self):
+        settings = dict(BASE_SETTINGS)
+        if "output_plugin_libraries" in self.parameters():
+            settings["output_plugin_libraries"] = OUTPUT_PLUGIN_LIBRARIES
+        return settings
+
+    def template_datadir(self):
+        """initdb once per process and major; every cluster copies this data
+        dir (cp -a is ~10x faster than initdb)."""
+        with self._lock:
+            if self._template is None:
+                root = self.mkdtemp("outbox-pgtemplate-")
+                data = os.path.join(root, "data")
+                os.mkdir(data, 0o700)
+                self.chown(data)
+                self.run("initdb", "-D", self.server_path(data), "-A", "trust", "-U", "postgres",
+                         "-E", "UTF8", "--no-locale", "-N", timeout=120)
+                self._template = root
+                atexit.register(shutil.rmtree, root, True)
+            return os.path.join(self._template, "data")
+
+
+_installs = {}
+_installs_lock = threading.Lock()
+
+
+def pg_install(major=None):
+    """The PgInstall of `major` (default: the test's, see current_pg_major),
+    made once per process; raises PgUnavailable when it is not here."""
+    major = int(major or current_pg_major or HOST_MAJOR)
+    with _installs_lock:
+        inst = _installs.get(major)
+        if inst is None:
+            try:
+                inst = PgInstall(major)
+            except PgUnavailable as e:
+                inst = e
+            _installs[major] = inst
+    if isinstance(inst, PgUnavailable):
+        raise inst
+    return inst
+
+
+def pg_unavailable_reason(major):
+    """None if clusters of `major` can be started here, else why not."""
+    try:
+        pg_install(major)
+        return None
+    except PgUnavailable as e:
+        return str(e)
+
+
+def server_path(path):
+    """How the server of the test's major sees one of our paths."""
+    return pg_install().server_path(path)
+
+
+# The major of the test running in this process (conftest.py's pg_major
+# fixture); None: HOST_MAJOR. PgCluster(major=None) uses it.
+current_pg_major = None
 
 
 class PgCluster:
-    """One throwaway PostgreSQL 15 cluster.
+    """One throwaway PostgreSQL cluster.
 
+    major: 15, 17 or 18 (None: the test's, see current_pg_major); .major,
+    .install (its PgInstall: .run_tool, .server_path). .dir and .datadir
+    are our paths (inside the tree for 17+).
     settings: extra server settings, passed as -c name=value after (so
     overriding) BASE_SETTINGS, e.g. {"wal_level": "replica"}. password_auth: None (trust everywhere), or
     "md5" / "scram-sha-256": every role except postgres must then log in
@@ -275,18 +437,18 @@ class PgCluster:
     """
 
     def __init__(self, settings=None, password_auth=None, load_schema=True, name="pg", port=None,
-                 without_sql=()):
+                 without_sql=(), major=None):
         self.name = name
         self.without_sql = set(without_sql)
+        self.install = pg_install(major)
+        self.major = self.install.major
         self.port = port or free_port()
-        self.settings = dict(BASE_SETTINGS)
+        self.settings = self.install.base_settings()
         self._update_settings(settings)
         self.password_auth = password_auth
         if password_auth:
             self.settings.setdefault("password_encryption", password_auth)
-        self.dir = tempfile.mkdtemp(prefix="outbox-%s-" % name)
-        os.chmod(self.dir, 0o755)
-        shutil.chown(self.dir, "postgres", "postgres")
+        self.dir = self.install.mkdtemp("outbox-%s-" % name)
         self.datadir = os.path.join(self.dir, "data")
         self.logfile = os.path.join(self.dir, "postgres.log")
         self._conns = []
@@ -294,7 +456,7 @@ class PgCluster:
         self.proc = None
         self._log = None
         _register(self)
-        _run(["cp", "-a", _template_datadir(), self.datadir])
+        _run(["cp", "-a", self.install.template_datadir(), self.datadir])
         self._write_hba()
         for attempt in range(5):
             try:
@@ -335,10 +497,12 @@ class PgCluster:
         path = os.path.join(self.datadir, "pg_hba.conf")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
-        shutil.chown(path, "postgres", "postgres")
+        self.install.chown(path)
 
     def _argv(self):
-        argv = [PG_BIN + "/postgres", "-D", self.datadir, "-p", str(self.port), "-k", self.dir]
+        sp = self.install.server_path
+        argv = self.install.argv("postgres", "-D", sp(self.datadir), "-p", self.port,
+                                 "-k", sp(self.dir))
         for k, v in self.settings.items():
             argv += ["-c", "%s=%s" % (k, v)]
         return argv
@@ -353,8 +517,8 @@ class PgCluster:
         self._log = open(self.logfile, "ab")
         self.proc = subprocess.Popen(self._argv(), stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, cwd=self.dir,
-                                     start_new_session=True,
-                                     preexec_fn=_become_postgres_and_die_with_parent())
+                                     start_new_session=True, env=self.install.env(),
+                                     preexec_fn=self.install.preexec())
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -395,6 +559,16 @@ class PgCluster:
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
+
+    def run_tool(self, tool, *args, timeout=60, check=True):
+        """Runs a program of this cluster's major (pg_waldump, pg_resetwal,
+        pg_basebackup ...) as postgres, inside its tree for 17+; see
+        PgInstall.run. Paths in args: the server's view (server_path)."""
+        return self.install.run(tool, *args, timeout=timeout, check=check)
+
+    def server_path(self, path):
+        """How this server (and run_tool) sees one of our paths."""
+        return self.install.server_path(path)
 
     def cleanup(self):
         """Stops the server (always) and removes the temp dir."""

@@ -39,7 +39,8 @@ import pytest
 
 import harness
 
-pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+# per plugin and major, one plugin on each newer major (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
 
 TOTAL = 120000
 DISPATCHED = 60000  # ids 1..60000 were dispatched by the poller

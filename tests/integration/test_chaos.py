@@ -65,7 +65,8 @@ import pytest
 import harness
 from harness import wait_until
 
-pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+# per plugin and major, one plugin on each newer major (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
 
 SLOT = "outbox_relay"
 TOPICS = ("chaosa", "chaosb")

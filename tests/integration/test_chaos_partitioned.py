@@ -64,7 +64,8 @@ from test_backfill import marker
 from test_chaos import SLOT, TOPICS, Supervisor, read_to_end
 from test_partitions import load_partitioned_layout
 
-pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+# per plugin and major, one plugin on each newer major (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
 
 AGGREGATES = 16
 BACKLOG = 48000            # seeded rows, BACKLOG / AGGREGATES per aggregate

@@ -22,7 +22,7 @@ import pytest
 import harness
 from harness import wait_until
 
-pytestmark = pytest.mark.usefixtures("plugin")
+pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
 
 STATUS = "0.5"          # --status-interval for tests that watch confirmed_flush_lsn
 SLOT = "outbox_relay"
@@ -714,11 +714,11 @@ def test_wal_level_replica_is_fatal(pg_factory, broker, relayer):
 
 
 @pytest.mark.plugins("wal2json")
-def test_wal2json_missing_is_reported(pg_factory, broker, relayer, public_tmp_dir):
+def test_wal2json_missing_is_reported(pg_factory, broker, relayer, libdir_without):
     """wal2json cannot be loaded by the server: a clear error naming it;
     no slot is left half-made; the relayer stops by itself (no retry can
     load the library) with a clean non-zero exit, not a crash."""
-    pg = pg_factory(settings={"dynamic_library_path": public_tmp_dir()}, name="nolib")
+    pg = pg_factory(settings={"dynamic_library_path": libdir_without("wal2json")}, name="nolib")
     r = start_relay(relayer, pg, broker, wait=False)
     wait_until(lambda: error_line(r.log_text(), "wal2json") or (not r.running() and "exited"), 30,
                message="an error naming wal2json")

@@ -17,7 +17,8 @@ import pytest
 
 import harness
 
-pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+# per plugin and major, one plugin on each newer major (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
 
 
 Producers = harness.Producers
@@ -91,11 +92,24 @@ def test_takeover_after_terminates_a_silent_holder(pg, broker, kafka, relayer):
     assert info["active"]
 
 
+@pytest.mark.pg_majors(15)
 def test_failover_slot_needs_postgresql_17(pg, broker, relayer):
     p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--failover-slot")
     assert p.wait_exit(30) == 1
     assert "PostgreSQL 17" in p.log_text()
     assert pg.slot_info() is None
+
+
+@pytest.mark.pg_majors(17, 18)
+def test_failover_slot_is_created_on_17_and_later(pg, broker, kafka, relayer):
+    p = relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--failover-slot")
+    p.wait_for_log(r"streaming public\.events_outbox", timeout=30)
+    assert pg.scalar("SELECT failover FROM pg_replication_slots WHERE slot_name = 'outbox_relay'")
+    pg.query("INSERT INTO events_outbox (aggregate_id, type, payload) "
+             "VALUES (gen_random_uuid(), 'order.failover', '{}')")
+    msgs = kafka.read("order", expected=1, timeout=30)
+    assert [m.headers["event_type"] for m in msgs] == ["order.failover"]
+    assert p.terminate() == 0
 
 
 def test_takeover_after_must_exceed_status_interval(relayer):

@@ -2,7 +2,9 @@
 test means the relayer, not the harness."""
 
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -12,6 +14,7 @@ import pytest
 import harness
 
 
+@pytest.mark.usefixtures("pg_major")
 def test_pg_logical_with_wal2json_and_schema(pg):
     assert pg.scalar("SHOW wal_level") == "logical"
     assert pg.scalar("SELECT to_regclass('public.events_outbox')::text") == "events_outbox"
@@ -34,20 +37,23 @@ def test_pg_logical_with_wal2json_and_schema(pg):
     assert pg.slot_info("harness_probe") is None
 
 
-def test_pg_factory_other_settings(pg_factory, public_tmp_dir):
+@pytest.mark.usefixtures("pg_major")
+def test_pg_factory_other_settings(pg_factory, libdir_without):
     replica = pg_factory(settings={"wal_level": "replica"}, name="replica")
     assert replica.scalar("SHOW wal_level") == "replica"
     with pytest.raises(psycopg2.Error, match="wal_level"):
         replica.create_slot("x", "wal2json")
 
-    nolib = pg_factory(settings={"dynamic_library_path": public_tmp_dir()}, name="nolib")
+    nolib = pg_factory(settings={"dynamic_library_path": libdir_without("wal2json")},
+                       name="nolib")
     with pytest.raises(psycopg2.Error, match="wal2json"):
         nolib.create_slot("x", "wal2json")
-    # Output plugins load by bare name; "$libdir/..." modules (plpgsql, used
-    # by sql/003) are unaffected, so the schema still loaded.
+    # Every other module is still found (plpgsql, used by sql/003), so the
+    # schema loaded.
     assert nolib.scalar("SELECT to_regclass('public.events_outbox')::text") == "events_outbox"
 
 
+@pytest.mark.usefixtures("pg_major")
 def test_pg_restart_stop_and_cleanup(pg_factory):
     pg = pg_factory()
     pg.query("CREATE TABLE keep (x int); INSERT INTO keep VALUES (42)")
@@ -62,6 +68,41 @@ def test_pg_restart_stop_and_cleanup(pg_factory):
     d = pg.dir
     pg.cleanup()
     assert not os.path.exists(d)
+
+
+@pytest.mark.usefixtures("pg_major")
+def test_pg_major_and_its_tools(pg):
+    """The server and the tools run_tool starts are of the test's major
+    (inside its tree for 17+), and the tools see the data dir where the
+    server does."""
+    assert int(pg.scalar("SHOW server_version_num")) // 10000 == pg.major
+    assert ("PostgreSQL) %d." % pg.major) in pg.run_tool("pg_ctl", "--version").stdout
+    out = pg.run_tool("pg_controldata", "-D", pg.server_path(pg.datadir)).stdout
+    assert "in production" in out, out
+
+
+@pytest.mark.pg_majors(15, 17, 18)  # starts its servers in a child, not by pg_factory
+def test_pg_dies_with_the_test_process(pg_major):
+    """A postmaster (chrooted for 17+) gets SIGKILL when the process that
+    started it dies by SIGKILL: a killed pytest leaves no server behind."""
+    script = ("import sys, time; sys.path.insert(0, %r); import harness; "
+              "c = harness.PgCluster(major=%d, load_schema=False); "
+              "print(c.proc.pid, c.dir, flush=True); time.sleep(120)"
+              % (os.path.dirname(os.path.abspath(__file__)), pg_major))
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, d = child.stdout.readline().split()
+        pid = int(pid)
+        os.kill(pid, 0)
+        child.kill()
+        child.wait(10)
+        harness.wait_until(lambda: not os.path.exists("/proc/%d" % pid), 15,
+                           message="postmaster %d to die with its parent" % pid)
+    finally:
+        child.kill()
+        child.wait(10)
+        if "d" in locals():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize("method", ["md5", "scram-sha-256"])

@@ -56,7 +56,7 @@ import pytest
 import harness
 from harness import wait_until
 
-pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
 
 SLOT = "outbox_relay"
 

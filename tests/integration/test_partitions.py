@@ -34,7 +34,7 @@ import pytest
 import harness
 from harness import wait_until
 
-pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
+pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
 
 SLOT = "outbox_relay"
 TOPIC = "order"
@@ -326,7 +326,10 @@ def test_other_alter_while_stopped_is_relayed(pg, broker, kafka, relayer):
     relayer is stopped change the partitions' catalog rows after the rows
     were written, but not their membership: a partition linked to the
     outbox since its creation (PARTITION OF) is decided without the catalog's
-    history, and every row arrives."""
+    history, and every row arrives. (On 17 and 18 with pgoutput this once
+    failed with "could not convert row type": the relayer's catalog SQL on
+    the walsender it then streamed from; stream.c now starts replication
+    on a fresh one.)"""
     load_partitioned_layout(pg)
     part = current_partition(pg)
     warm_then_stop(relayer, pg, broker, kafka)

@@ -64,6 +64,8 @@ import pytest
 import harness
 from harness import wait_until
 
+pytestmark = pytest.mark.usefixtures("pg_major")  # once per PostgreSQL major (conftest.py)
+
 SLOT = "outbox_relay"
 PUB_SQL = os.path.join(harness.REPO_ROOT, "sql", "008_publication.sql")
 
@@ -142,15 +144,14 @@ def test_same_events_as_wal2json(pg, broker_factory, relayer):
     assert r1.terminate() == 0 and r2.terminate() == 0
 
 
-def test_server_without_wal2json(pg_factory, broker, kafka, relayer, public_tmp_dir):
-    libdir = public_tmp_dir()
-    pkglib = harness._run(["pg_config", "--pkglibdir"]).stdout.strip()
-    os.symlink(os.path.join(pkglib, "pgoutput.so"), os.path.join(libdir, "pgoutput.so"))
-    pg = pg_factory(settings={"dynamic_library_path": libdir}, name="nowal2json")
+def test_server_without_wal2json(pg_factory, broker, kafka, relayer, libdir_without):
+    pg = pg_factory(settings={"dynamic_library_path": libdir_without("wal2json")},
+                    name="nowal2json")
     r = start(relayer, pg, broker, "--plugin", "wal2json", wait=False)
-    wait_until(lambda: "install postgresql-15-wal2json" in r.log_text() or not r.running(), 30,
+    package = "postgresql-%d-wal2json" % pg.major
+    wait_until(lambda: "install " + package in r.log_text() or not r.running(), 30,
                message="the missing wal2json to be named")
-    assert "postgresql-15-wal2json" in r.log_text(), r.log_text()
+    assert package in r.log_text(), r.log_text()
     r.kill()
     assert pg.slot_info() is None
     # Without --plugin the relayer sees that wal2json is missing and makes
@@ -246,6 +247,9 @@ def test_least_privilege_role_gets_the_sql(pg, broker, kafka, relayer):
 
 
 def test_publication_dropped_while_streaming(pg, broker, kafka, relayer):
+    # Since 18 pgoutput does not end the stream there: it warns "skipped
+    # loading publication" and skips the rows; the relayer stops at that
+    # warning as it stops at the error of earlier majors.
     r = start(relayer, pg, broker, "--plugin", "pgoutput", "--status-interval", "0.5")
     first = insert(pg, [(uuid.uuid4(), "order.placed", "{}")])
     kafka.read("order", expected=1, timeout=60)

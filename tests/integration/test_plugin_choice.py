@@ -38,6 +38,8 @@ import harness
 from harness import wait_until
 from test_operations import http_get, metric, scrape
 
+pytestmark = pytest.mark.usefixtures("pg_major")
+
 
 DEFAULTS = {"output_plugin_libraries": None}
 FIX = ("ALTER SYSTEM SET output_plugin_libraries = 'pgoutput', 'test_decoding', 'wal2json'; "
@@ -173,7 +175,7 @@ def test_existing_wal2json_slot_after_the_minor_update(pg, broker, kafka, relaye
     assert st.returncode == 1, st.stdout
     assert "UNHEALTHY: not streaming: the server refuses the wal2json output plugin" in st.stdout
     assert FIX in st.stdout, st.stdout
-    assert re.search(r"^server\s+PostgreSQL %d\." % getattr(pg, "major", 15), st.stdout, re.M), st.stdout
+    assert re.search(r"^server\s+PostgreSQL %d\." % pg.major, st.stdout, re.M), st.stdout
     status, body, _ = http_get(port, "/readyz")
     assert status == 503 and "refuses the wal2json output plugin" in body, body
 
@@ -196,7 +198,7 @@ def test_check_fails_on_a_refused_plugin(pg_factory, broker, relayer_binary):
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("FAIL plugin")]
     assert line and "does not name it" in line[0] and FIX in line[0], out.stdout
     assert re.search(r"PASS server\s+PostgreSQL %d\.\d+.*output_plugin_libraries restricts"
-                     % getattr(pg, "major", 15), out.stdout), out.stdout
+                     % pg.major, out.stdout), out.stdout
 
     # Without --plugin on the same fresh server: pgoutput, and why.
     out = run_check(relayer_binary, pg, broker)

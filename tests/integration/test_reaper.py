@@ -15,7 +15,6 @@ mark the slot has confirmed rather than for a fixed time.
 """
 
 import os
-import shutil
 import time
 
 import psycopg2
@@ -376,13 +375,12 @@ def move_next_xid(pg, xid, epoch):
             cur.execute("VACUUM FREEZE")
         conn.close()
     pg.stop()
-    harness._run(harness._as_postgres([harness.PG_BIN + "/pg_resetwal", "-x", str(xid),
-                                       "-e", str(epoch), "-D", pg.datadir]))
+    pg.run_tool("pg_resetwal", "-x", xid, "-e", epoch, "-D", pg.server_path(pg.datadir))
     seg = os.path.join(pg.datadir, "pg_xact", "%04X" % (xid // (8192 * 4) // 32))
     if not os.path.exists(seg):
         with open(seg, "wb") as f:
             f.write(b"\0" * 8192 * 32)
-        shutil.chown(seg, "postgres", "postgres")
+        pg.install.chown(seg)
     pg.start()
 
 
