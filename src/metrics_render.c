@@ -89,6 +89,14 @@ static void value_d(struct buf *b, double v)
     bprintf(b, " %.17g\n", v);
 }
 
+/* One unlabelled gauge: its header and value. */
+static void gauge_i(struct buf *b, const char *name, const char *help, int64_t v)
+{
+    header(b, name, "gauge", help);
+    bprintf(b, "%s", name);
+    value_i(b, v);
+}
+
 static void slot_label(struct buf *b, const struct metrics *m)
 {
     bprintf(b, "{slot=\"");
@@ -302,29 +310,20 @@ static void render(struct buf *b, const struct metrics *m)
         value_i(b, m->unlogged);
     }
 
-    header(b, "outbox_relay_output_plugin_refused", "gauge",
-           "1 while the server refuses the slot's output plugin (output_plugin_libraries does "
-           "not name it): nothing streams and the slot retains WAL until it is allowed. Must "
-           "be 0.");
-    bprintf(b, "outbox_relay_output_plugin_refused");
-    value_i(b, m->plugin_refused ? 1 : 0);
-
-    if (m->publication_ok >= 0) {
-        header(b, "outbox_relay_publication_ok", "gauge",
-               "--plugin pgoutput: 1 while the publication serves the outbox (covers it, "
-               "publishes inserts, no column left out); 0: the server skips outbox rows. Must "
-               "be 1.");
-        bprintf(b, "outbox_relay_publication_ok");
-        value_i(b, m->publication_ok);
-    }
-    if (m->publication_row_filter >= 0) {
-        header(b, "outbox_relay_publication_row_filter", "gauge",
-               "--plugin pgoutput: 1 while the publication has a row filter on the outbox: "
-               "the rows it filters out never reach Kafka (the owner's choice; the log names "
-               "the filter).");
-        bprintf(b, "outbox_relay_publication_row_filter");
-        value_i(b, m->publication_row_filter);
-    }
+    gauge_i(b, "outbox_relay_output_plugin_refused",
+            "1 while the server refuses the slot's output plugin (output_plugin_libraries does "
+            "not name it): nothing streams and the slot retains WAL until it is allowed. Must "
+            "be 0.", m->plugin_refused ? 1 : 0);
+    if (m->publication_ok >= 0)
+        gauge_i(b, "outbox_relay_publication_ok",
+                "--plugin pgoutput: 1 while the publication serves the outbox (covers it, "
+                "publishes inserts, no column left out); 0: the server skips outbox rows. Must "
+                "be 1.", m->publication_ok);
+    if (m->publication_row_filter >= 0)
+        gauge_i(b, "outbox_relay_publication_row_filter",
+                "--plugin pgoutput: 1 while the publication has a row filter on the outbox: "
+                "the rows it filters out never reach Kafka (the owner's choice; the log names "
+                "the filter).", m->publication_row_filter);
 
     header(b, "outbox_relay_reaper_rows_deleted_total", "counter",
            "Expired, delivered outbox rows the reaper deleted (for dropped partitions, the "

@@ -50,6 +50,17 @@ static int check_count;
         }                                                                      \
     } while (0)
 
+/* Two C strings equal; both printed when not. */
+#define CHECK_STR(got, want)                                                   \
+    do {                                                                       \
+        const char *g_ = (got), *w_ = (want);                                  \
+        check_count++;                                                         \
+        if (strcmp(g_, w_) != 0) {                                             \
+            check_failures++;                                                  \
+            fprintf(stderr, "%s:%d: got \"%s\", want \"%s\"\n", __FILE__, __LINE__, g_, w_); \
+        }                                                                      \
+    } while (0)
+
 #define CHECK_DONE()                                                           \
     do {                                                                       \
         printf("%s: %d checks, %d failed\n", __FILE__, check_count,            \

@@ -10,16 +10,6 @@
 #include "check.h"
 #include "outbox_relay/human.h"
 
-#define CHECK_STR(got, want)                                                   \
-    do {                                                                       \
-        const char *g_ = (got), *w_ = (want);                                  \
-        check_count++;                                                         \
-        if (strcmp(g_, w_) != 0) {                                             \
-            check_failures++;                                                  \
-            fprintf(stderr, "%s:%d: got \"%s\", want \"%s\"\n", __FILE__, __LINE__, g_, w_); \
-        }                                                                      \
-    } while (0)
-
 static void test_count(void)
 {
     char b[HUMAN_LEN];

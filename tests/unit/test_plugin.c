@@ -14,16 +14,6 @@
 #include "outbox_relay/pgconn.h"
 #include "outbox_relay/plugin.h"
 
-#define CHECK_STR(got, want)                                                   \
-    do {                                                                       \
-        const char *g_ = (got), *w_ = (want);                                  \
-        check_count++;                                                         \
-        if (strcmp(g_, w_) != 0) {                                             \
-            check_failures++;                                                  \
-            fprintf(stderr, "%s:%d: got \"%s\", want \"%s\"\n", __FILE__, __LINE__, g_, w_); \
-        }                                                                      \
-    } while (0)
-
 static const struct plugin_libs *known(const char *value)
 {
     static struct plugin_libs l;
