@@ -123,25 +123,23 @@ int layout_check(struct slot *s, struct w2j_columns_map *map)
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         char msg[512];
         pgconn_failure(s->conn, res, msg, sizeof msg);
-        snprintf(s->err, s->errlen, "slot=%s: reading the columns of %s failed: %s", s->name,
-                 name, msg);
+        int rc = slot_fail(s, PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY,
+                           "slot=%s: reading the columns of %s failed: %s", s->name, name, msg);
         PQclear(res);
-        return PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY;
+        return rc;
     }
     size_t n = (size_t) PQntuples(res);
     struct layout_column *cols = calloc(n + 1, sizeof *cols);
     int rc = STREAM_OK;
     char err[768];
     if (cols == NULL) {
-        snprintf(s->err, s->errlen, "slot=%s: out of memory", s->name);
-        rc = STREAM_FATAL;
+        rc = slot_fail(s, STREAM_FATAL, "slot=%s: out of memory", s->name);
         goto done;
     }
     for (size_t i = 0; i < n; i++)
         cols[i] = (struct layout_column){PQgetvalue(res, (int) i, 0), PQgetvalue(res, (int) i, 1)};
     if (layout_apply(map, cols, n, name, err, sizeof err) < 0) {
-        snprintf(s->err, s->errlen, "slot=%s: %s", s->name, err);
-        rc = STREAM_FATAL;
+        rc = slot_fail(s, STREAM_FATAL, "slot=%s: %s", s->name, err);
     }
 done:
     free(cols);

@@ -21,18 +21,6 @@
 #define SQLSTATE_DUPLICATE_OBJECT "42710"
 #define SQLSTATE_UNIQUE_VIOLATION "23505" /* two creators at once: the catalog's index */
 
-static int fail(struct slot *s, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct slot *s, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->err, s->errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 int publication_build_create(const char *name, const char *schema, const char *table,
                              char *buf, size_t cap)
 {
@@ -259,15 +247,15 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
     char sql[PUB_SQLLEN];
     if (publication_build_lookup(s->conn, name, s->table_schema, s->table_name, sql,
                                  sizeof sql) < 0)
-        return fail(s, STREAM_FATAL, "slot=%s: cannot build the query of publication %s",
-                    s->name, name);
+        return slot_fail(s, STREAM_FATAL, "slot=%s: cannot build the query of publication %s",
+                         s->name, name);
     PGresult *res = slot_exec(s, sql);
     char msg[PUB_MSGLEN];
     int rc = STREAM_OK;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         error_text(s, res, msg, sizeof msg);
-        rc = fail(s, conn_rc(s), "slot=%s: looking up publication %s failed: %s", s->name, name,
-                  msg);
+        rc = slot_fail(s, conn_rc(s), "slot=%s: looking up publication %s failed: %s", s->name,
+                       name, msg);
         goto done;
     }
     struct publication_state st;
@@ -277,17 +265,21 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
             char create_sql[PUB_SQLLEN];
             publication_build_create(name, s->table_schema, s->table_name, create_sql,
                                      sizeof create_sql);
-            rc = fail(s, STREAM_FATAL,
-                      "slot=%s exists but its publication %s does not (dropped?): pgoutput "
-                      "cannot decode changes written before a publication existed, so it is "
-                      "not recreated under a running slot. Run %s; then drop the slot and "
-                      "start with --recreate-slot --backfill pending (docs/operations.md, \"Choosing "
-                      "and switching the output plugin\")", s->name, name, create_sql);
+            rc = slot_fail(
+                s, STREAM_FATAL,
+                "slot=%s exists but its publication %s does not (dropped?): pgoutput "
+                "cannot decode changes written before a publication existed, so it is "
+                "not recreated under a running slot. Run %s; then drop the slot and "
+                "start with --recreate-slot --backfill pending (docs/operations.md, \"Choosing "
+                "and switching the output plugin\")",
+                s->name, name, create_sql);
             goto done;
         }
         if (!may_create) {
-            rc = fail(s, STREAM_RETRY, "slot=%s: publication %s vanished while being created; "
-                      "will look again", s->name, name);
+            rc = slot_fail(s, STREAM_RETRY,
+                           "slot=%s: publication %s vanished while being created; "
+                           "will look again",
+                           s->name, name);
             goto done;
         }
         PQclear(res);
@@ -296,12 +288,12 @@ static int check(struct slot *s, const char *name, bool partitioned, bool slot_e
     char why[PUB_MSGLEN];
     if (publication_problem(&st, name, s->table_schema, s->table_name, partitioned, s->columns,
                             why, sizeof why) != NULL) {
-        rc = fail(s, STREAM_FATAL, "slot=%s: %s%s", s->name, why,
-                  slot_exists ? "; rows committed while it did not were skipped by the server "
-                                "and are not in Kafka: drop the slot and start with "
-                                "--recreate-slot --backfill pending to publish the rows still "
-                                "in the table"
-                              : "");
+        rc = slot_fail(s, STREAM_FATAL, "slot=%s: %s%s", s->name, why,
+                       slot_exists ? "; rows committed while it did not were skipped by the server "
+                                     "and are not in Kafka: drop the slot and start with "
+                                     "--recreate-slot --backfill pending to publish the rows still "
+                                     "in the table"
+                                   : "");
     } else if (st.rowfilter != NULL && *st.rowfilter != '\0') {
         log_warn("slot=%s: publication %s has a row filter on %s.%s: WHERE %s. Rows it filters "
                  "out are never sent to the relayer and never reach Kafka", s->name, name,
@@ -316,7 +308,8 @@ static int create(struct slot *s, const char *name, bool partitioned)
 {
     char sql[PUB_SQLLEN];
     if (publication_build_create(name, s->table_schema, s->table_name, sql, sizeof sql) < 0)
-        return fail(s, STREAM_FATAL, "slot=%s: publication name %s is too long", s->name, name);
+        return slot_fail(s, STREAM_FATAL, "slot=%s: publication name %s is too long", s->name,
+                         name);
     PGresult *res = slot_exec(s, sql);
     if (PQresultStatus(res) == PGRES_COMMAND_OK) {
         PQclear(res);
@@ -333,12 +326,14 @@ static int create(struct slot *s, const char *name, bool partitioned)
                           strcmp(state, SQLSTATE_UNIQUE_VIOLATION) == 0)) {
         rc = check(s, name, partitioned, false, false); /* another relayer made it just now */
     } else if (state != NULL && strcmp(state, SQLSTATE_INSUFFICIENT_PRIVILEGE) == 0) {
-        rc = fail(s, STREAM_FATAL, "slot=%s: publication %s does not exist and this role may "
-                  "not create it (%s). Have the owner of %s.%s run: %s; (sql/008_publication.sql "
-                  "does the same), then start again", s->name, name, msg, s->table_schema,
-                  s->table_name, sql);
+        rc = slot_fail(
+            s, STREAM_FATAL,
+            "slot=%s: publication %s does not exist and this role may "
+            "not create it (%s). Have the owner of %s.%s run: %s; (sql/008_publication.sql "
+            "does the same), then start again",
+            s->name, name, msg, s->table_schema, s->table_name, sql);
     } else {
-        rc = fail(s, conn_rc(s), "slot=%s: %s failed: %s", s->name, sql, msg);
+        rc = slot_fail(s, conn_rc(s), "slot=%s: %s failed: %s", s->name, sql, msg);
     }
     PQclear(res);
     return rc;
@@ -347,8 +342,10 @@ static int create(struct slot *s, const char *name, bool partitioned)
 int publication_ensure(struct slot *s, const char *name, bool partitioned, bool slot_exists)
 {
     if (PQserverVersion(s->conn) < 140000)
-        return fail(s, STREAM_FATAL, "--plugin pgoutput needs PostgreSQL 14 or later (logical "
-                    "messages, publish_via_partition_root); this server is %d: use --plugin "
-                    "wal2json", PQserverVersion(s->conn));
+        return slot_fail(s, STREAM_FATAL,
+                         "--plugin pgoutput needs PostgreSQL 14 or later (logical "
+                         "messages, publish_via_partition_root); this server is %d: use --plugin "
+                         "wal2json",
+                         PQserverVersion(s->conn));
     return check(s, name, partitioned, slot_exists, true);
 }

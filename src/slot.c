@@ -19,10 +19,7 @@
 
 #define SLOT_MSGLEN 1024 /* a server message, trimmed to one line */
 
-static int fail(struct slot *s, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct slot *s, int rc, const char *fmt, ...)
+int slot_fail(struct slot *s, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -50,8 +47,8 @@ static PGresult *query(struct slot *s, const char *sql, const char *what)
         return res;
     char msg[SLOT_MSGLEN];
     pgconn_failure(s->conn, res, msg, sizeof msg);
-    fail(s, PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY,
-         "slot=%s: %s failed: %s", s->name, what, msg);
+    slot_fail(s, PQstatus(s->conn) == CONNECTION_OK ? STREAM_FATAL : STREAM_RETRY,
+              "slot=%s: %s failed: %s", s->name, what, msg);
     PQclear(res);
     return NULL;
 }
@@ -73,8 +70,8 @@ int slot_plugin_libraries(struct slot *s, struct plugin_libs *libs)
     char buf[sizeof libs->value];
     int rc = pgconn_show(s->conn, "output_plugin_libraries", s->query_timeout, buf, sizeof buf);
     if (rc < 0)
-        return fail(s, error_rc(s), "slot=%s: SHOW output_plugin_libraries failed: %s", s->name,
-                    buf);
+        return slot_fail(s, error_rc(s), "slot=%s: SHOW output_plugin_libraries failed: %s",
+                         s->name, buf);
     libs->state = rc == 1 ? PLUGIN_LIBS_KNOWN : rc == 2 ? PLUGIN_LIBS_HIDDEN : PLUGIN_LIBS_ABSENT;
     snprintf(libs->value, sizeof libs->value, "%s", buf);
     return STREAM_OK;
@@ -92,12 +89,12 @@ static int refused(struct slot *s, const char *msg, bool exists)
     if (s->plugin_auto && !exists) {
         char why[900];
         const char *p = plugin_choose_new(&libs, true, false, why, sizeof why);
-        fail(s, STREAM_PLUGIN, "slot=%s: %s", s->name, why);
+        slot_fail(s, STREAM_PLUGIN, "slot=%s: %s", s->name, why);
         return switch_plugin(s, p);
     }
     char advice[1400];
     plugin_refusal_advice(s->plugin, &libs, exists, advice, sizeof advice);
-    return fail(s, STREAM_REFUSED, "slot=%s: %s (server said: %s)", s->name, advice, msg);
+    return slot_fail(s, STREAM_REFUSED, "slot=%s: %s (server said: %s)", s->name, advice, msg);
 }
 
 int slot_refused(struct slot *s, const char *msg)
@@ -113,8 +110,9 @@ int slot_check_server(struct slot *s)
     bool has_db = PQnfields(res) >= 4 && PQntuples(res) == 1 && !PQgetisnull(res, 0, 3);
     PQclear(res);
     if (!has_db)
-        return fail(s, STREAM_FATAL, "IDENTIFY_SYSTEM returned no database: the connection "
-                    "must name the database that holds the outbox (dbname=...)");
+        return slot_fail(s, STREAM_FATAL,
+                         "IDENTIFY_SYSTEM returned no database: the connection "
+                         "must name the database that holds the outbox (dbname=...)");
 
     res = query(s, "SHOW wal_level", "SHOW wal_level");
     if (res == NULL)
@@ -123,10 +121,11 @@ int slot_check_server(struct slot *s)
     snprintf(level, sizeof level, "%s", PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "?");
     PQclear(res);
     if (strcmp(level, "logical") != 0)
-        return fail(s, STREAM_FATAL,
-                    "wal_level is '%s' on the server, logical decoding needs wal_level = "
-                    "logical: run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL",
-                    level);
+        return slot_fail(
+            s, STREAM_FATAL,
+            "wal_level is '%s' on the server, logical decoding needs wal_level = "
+            "logical: run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL",
+            level);
     return STREAM_OK;
 }
 
@@ -156,9 +155,10 @@ int slot_check_table(struct slot *s, bool *partitioned)
         return error_rc(s);
     int rc = STREAM_OK;
     if (PQntuples(res) == 0) {
-        rc = fail(s, STREAM_FATAL, "the outbox table %s.%s does not exist in this database: "
-                  "create it (sql/001_outbox.sql) or name another with --table",
-                  s->table_schema, s->table_name);
+        rc = slot_fail(s, STREAM_FATAL,
+                       "the outbox table %s.%s does not exist in this database: "
+                       "create it (sql/001_outbox.sql) or name another with --table",
+                       s->table_schema, s->table_name);
         goto done;
     }
     *partitioned = strcmp(PQgetvalue(res, 0, 0), "p") == 0;
@@ -177,11 +177,12 @@ int slot_check_table(struct slot *s, bool *partitioned)
         }
     }
     if (nolog > 0)
-        rc = fail(s, STREAM_FATAL,
-                  "the outbox %s.%s has %d table(s) that write no WAL (UNLOGGED or temporary): "
-                  "logical decoding never sees their rows, so their events would be lost. Run: "
-                  "%s (rows written while unlogged were never relayed: republish them)",
-                  s->table_schema, s->table_name, nolog, fix);
+        rc =
+            slot_fail(s, STREAM_FATAL,
+                      "the outbox %s.%s has %d table(s) that write no WAL (UNLOGGED or temporary): "
+                      "logical decoding never sees their rows, so their events would be lost. Run: "
+                      "%s (rows written while unlogged were never relayed: republish them)",
+                      s->table_schema, s->table_name, nolog, fix);
 done:
     PQclear(res);
     return rc;
@@ -207,12 +208,16 @@ static int take_back(struct slot *s, const char *pid)
     if (ok) {
         log_warn("slot=%s: still held by walsender PID %s of our previous connection, which "
                  "we dropped; terminated it to take the slot back", s->name, pid);
-        return fail(s, STREAM_BUSY, "slot=%s: waiting for our previous walsender (PID %s) "
-                    "to exit", s->name, pid);
+        return slot_fail(s, STREAM_BUSY,
+                         "slot=%s: waiting for our previous walsender (PID %s) "
+                         "to exit",
+                         s->name, pid);
     }
-    return fail(s, STREAM_BUSY, "slot=%s: still held by walsender PID %s of our previous "
-                "connection; cannot terminate it (%s): waiting until the server's "
-                "wal_sender_timeout ends it", s->name, pid, msg);
+    return slot_fail(s, STREAM_BUSY,
+                     "slot=%s: still held by walsender PID %s of our previous "
+                     "connection; cannot terminate it (%s): waiting until the server's "
+                     "wal_sender_timeout ends it",
+                     s->name, pid, msg);
 }
 
 /* The slot is held by walsender `pid`. With --takeover-after, a walsender
@@ -225,8 +230,10 @@ static int take_over(struct slot *s, const char *pid)
 {
     if (s->dead_pid != 0 && atoi(pid) == s->dead_pid)
         return take_back(s, pid);
-    int rc = fail(s, STREAM_BUSY, "slot=%s is active for PID %s; waiting as a standby "
-                  "(another relayer may own it)", s->name, pid);
+    int rc = slot_fail(s, STREAM_BUSY,
+                       "slot=%s is active for PID %s; waiting as a standby "
+                       "(another relayer may own it)",
+                       s->name, pid);
     if (s->takeover_after <= 0 || strspn(pid, "0123456789") != strlen(pid) || *pid == '\0')
         return rc;
     char sql[256];
@@ -255,8 +262,8 @@ static int take_over(struct slot *s, const char *pid)
     else
         log_warn("slot=%s: could not terminate the silent walsender PID %s: %s", s->name, pid,
                  msg);
-    return fail(s, STREAM_BUSY, "slot=%s was held by a silent walsender (PID %s); taking over",
-                s->name, pid);
+    return slot_fail(s, STREAM_BUSY, "slot=%s was held by a silent walsender (PID %s); taking over",
+                     s->name, pid);
 }
 
 /* Looks the slot up and refuses what we must not use. */
@@ -264,7 +271,7 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
 {
     char *lit = PQescapeLiteral(s->conn, s->name, strlen(s->name));
     if (lit == NULL)
-        return fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->name);
+        return slot_fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->name);
     char sql[640];
     /* invalidation_reason (17+): why a slot was invalidated; on 18 also for
      * idle_replication_slot_timeout, which leaves wal_status as it was. */
@@ -294,51 +301,58 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
     const char *flush = PQgetvalue(res, 0, 7);
 
     if (strcmp(type, "logical") != 0) {
-        rc = fail(s, STREAM_FATAL, "slot=%s is a %s slot, not a logical one: choose another "
-                  "--slot", s->name, type);
+        rc = slot_fail(s, STREAM_FATAL,
+                       "slot=%s is a %s slot, not a logical one: choose another "
+                       "--slot",
+                       s->name, type);
     } else if (strcmp(plugin, s->plugin) != 0 && s->plugin_auto &&
                (strcmp(plugin, "wal2json") == 0 || strcmp(plugin, "pgoutput") == 0)) {
-        fail(s, STREAM_PLUGIN, "slot=%s exists with the %s output plugin, which it keeps "
-             "(no --plugin given)", s->name, plugin);
+        slot_fail(s, STREAM_PLUGIN,
+                  "slot=%s exists with the %s output plugin, which it keeps "
+                  "(no --plugin given)",
+                  s->name, plugin);
         rc = switch_plugin(s, plugin);
     } else if (strcmp(plugin, s->plugin) != 0) {
-        rc = fail(s, STREAM_FATAL,
-                  "slot=%s exists with output plugin \"%s\", but outbox-relay needs %s: "
-                  "drop it (SELECT pg_drop_replication_slot('%s')) if nothing else uses it, "
-                  "or choose another --slot", s->name, plugin, s->plugin, s->name);
+        rc = slot_fail(s, STREAM_FATAL,
+                       "slot=%s exists with output plugin \"%s\", but outbox-relay needs %s: "
+                       "drop it (SELECT pg_drop_replication_slot('%s')) if nothing else uses it, "
+                       "or choose another --slot",
+                       s->name, plugin, s->plugin, s->name);
     } else if (!same_db) {
-        rc = fail(s, STREAM_FATAL, "slot=%s belongs to database \"%s\", not to the one in "
-                  "--dsn: connect to that database or choose another --slot", s->name, db);
+        rc = slot_fail(s, STREAM_FATAL,
+                       "slot=%s belongs to database \"%s\", not to the one in "
+                       "--dsn: connect to that database or choose another --slot",
+                       s->name, db);
     } else if (!PQgetisnull(res, 0, 8)) {
         const char *reason = PQgetvalue(res, 0, 8);
-        rc = fail(s, STREAM_FATAL,
-                  "slot=%s was invalidated by the server (invalidation_reason = %s%s). Events "
-                  "committed since its confirmed position %s may not have been relayed. Drop "
-                  "the slot and start again with --recreate-slot --backfill pending%s",
-                  s->name, reason,
-                  strcmp(reason, "idle_timeout") == 0
-                      ? ": it was inactive longer than idle_replication_slot_timeout"
-                  : strcmp(reason, "wal_removed") == 0
-                      ? ": the WAL it needed was removed, see max_slot_wal_keep_size"
-                      : "",
-                  flush,
-                  strcmp(reason, "idle_timeout") == 0
-                      ? "; set idle_replication_slot_timeout to 0 (off) or above the longest "
-                        "time the relayer may be stopped"
-                  : strcmp(reason, "wal_removed") == 0 ? ", and raise max_slot_wal_keep_size"
-                                                       : "");
+        rc = slot_fail(s, STREAM_FATAL,
+                       "slot=%s was invalidated by the server (invalidation_reason = %s%s). Events "
+                       "committed since its confirmed position %s may not have been relayed. Drop "
+                       "the slot and start again with --recreate-slot --backfill pending%s",
+                       s->name, reason,
+                       strcmp(reason, "idle_timeout") == 0
+                           ? ": it was inactive longer than idle_replication_slot_timeout"
+                       : strcmp(reason, "wal_removed") == 0
+                           ? ": the WAL it needed was removed, see max_slot_wal_keep_size"
+                           : "",
+                       flush,
+                       strcmp(reason, "idle_timeout") == 0
+                           ? "; set idle_replication_slot_timeout to 0 (off) or above the longest "
+                             "time the relayer may be stopped"
+                       : strcmp(reason, "wal_removed") == 0 ? ", and raise max_slot_wal_keep_size"
+                                                            : "");
     } else if (strcmp(wal_status, "lost") == 0) {
-        rc = fail(s, STREAM_FATAL,
-                  "slot=%s was invalidated (wal_status = lost): the server removed WAL it "
-                  "still needed, probably because of max_slot_wal_keep_size. Events committed "
-                  "since its confirmed position %s may not have been relayed. Drop the slot "
-                  "and start again (consider --backfill), and raise max_slot_wal_keep_size",
-                  s->name, flush);
+        rc = slot_fail(s, STREAM_FATAL,
+                       "slot=%s was invalidated (wal_status = lost): the server removed WAL it "
+                       "still needed, probably because of max_slot_wal_keep_size. Events committed "
+                       "since its confirmed position %s may not have been relayed. Drop the slot "
+                       "and start again (consider --backfill), and raise max_slot_wal_keep_size",
+                       s->name, flush);
     } else if (active) {
         rc = take_over(s, pid);
     } else if (!PQgetisnull(res, 0, 7) && lsn_parse(flush, strlen(flush), confirmed) < 0) {
-        rc = fail(s, STREAM_FATAL, "slot=%s: cannot parse confirmed_flush_lsn \"%s\"", s->name,
-                  flush);
+        rc = slot_fail(s, STREAM_FATAL, "slot=%s: cannot parse confirmed_flush_lsn \"%s\"", s->name,
+                       flush);
     }
 done:
     PQclear(res);
@@ -385,11 +399,12 @@ static int create_new(struct slot *s)
     char sql[256];
     bool export_snapshot = false;
     if (s->failover_slot && PQserverVersion(s->conn) < 170000)
-        return fail(s, STREAM_FATAL,
-                    "slot=%s: --failover-slot needs PostgreSQL 17 or later (this server is %d); "
-                    "on PostgreSQL 15 and 16 a logical slot exists only on the primary and is "
-                    "not carried to a promoted standby (see docs/deploy.md)",
-                    s->name, PQserverVersion(s->conn));
+        return slot_fail(
+            s, STREAM_FATAL,
+            "slot=%s: --failover-slot needs PostgreSQL 17 or later (this server is %d); "
+            "on PostgreSQL 15 and 16 a logical slot exists only on the primary and is "
+            "not carried to a promoted standby (see docs/deploy.md)",
+            s->name, PQserverVersion(s->conn));
     if (s->plugin_auto && strcmp(s->plugin, "wal2json") == 0) {
         struct plugin_libs libs;
         char why[900];
@@ -398,7 +413,7 @@ static int create_new(struct slot *s)
             return rc;
         const char *p = plugin_choose_new(&libs, false, false, why, sizeof why);
         if (strcmp(p, s->plugin) != 0) {
-            fail(s, STREAM_PLUGIN, "slot=%s: %s", s->name, why);
+            slot_fail(s, STREAM_PLUGIN, "slot=%s: %s", s->name, why);
             return switch_plugin(s, p);
         }
         log_info("slot=%s: no --plugin given: %s", s->name, why);
@@ -407,13 +422,13 @@ static int create_new(struct slot *s)
         char err[SLOT_MSGLEN] = "";
         int rc = s->on_creating(s->on_created_ctx, &export_snapshot, err, sizeof err);
         if (rc != STREAM_OK)
-            return fail(s, rc, "%s", err);
+            return slot_fail(s, rc, "%s", err);
     }
     export_snapshot = export_snapshot && s->on_created != NULL;
     if (slot_build_create_command(s->name, s->plugin, PQserverVersion(s->conn), export_snapshot,
                                   s->failover_slot, sql, sizeof sql) < 0)
-        return fail(s, STREAM_FATAL, "slot=%s: CREATE_REPLICATION_SLOT command too long",
-                    s->name);
+        return slot_fail(s, STREAM_FATAL, "slot=%s: CREATE_REPLICATION_SLOT command too long",
+                         s->name);
     PGresult *res = PQexec(s->conn, sql);
     int rc = STREAM_OK;
     if (PQresultStatus(res) == PGRES_TUPLES_OK && export_snapshot) {
@@ -427,13 +442,15 @@ static int create_new(struct slot *s)
         PQclear(res);
         bool drop = true;
         if (*name == '\0') {
-            rc = fail(s, STREAM_FATAL, "slot=%s: the server exported no snapshot", s->name);
+            rc = slot_fail(s, STREAM_FATAL, "slot=%s: the server exported no snapshot", s->name);
         } else {
             rc = s->on_created(s->on_created_ctx, name, consistent, &drop, err, sizeof err);
             if (rc != STREAM_OK)
-                fail(s, rc, "slot=%s: the work on the exported snapshot did not finish (%s); %s",
-                     s->name, err, drop ? "dropped the new slot so the next start does it again"
-                                        : "kept the slot: the next start resumes the work");
+                slot_fail(s, rc,
+                          "slot=%s: the work on the exported snapshot did not finish (%s); %s",
+                          s->name, err,
+                          drop ? "dropped the new slot so the next start does it again"
+                               : "kept the slot: the next start resumes the work");
         }
         if (rc != STREAM_OK && drop) {
             snprintf(sql, sizeof sql, "DROP_REPLICATION_SLOT \"%s\"", s->name);
@@ -447,21 +464,26 @@ static int create_new(struct slot *s)
         char pkg[128], why[900];
         if (slot_plugin_missing(s->plugin, msg) && s->plugin_auto) {
             const char *p = plugin_choose_new(NULL, false, true, why, sizeof why);
-            fail(s, STREAM_PLUGIN, "slot=%s: %s (server said: %s)", s->name, why, msg);
+            slot_fail(s, STREAM_PLUGIN, "slot=%s: %s (server said: %s)", s->name, why, msg);
             rc = switch_plugin(s, p);
         } else if (plugin_refused_error(msg))
             rc = refused(s, msg, false);
         else if (slot_plugin_missing(s->plugin, msg))
-            rc = fail(s, STREAM_FATAL, "slot=%s: the %s output plugin is not installed "
-                      "on the server (install %s): %s", s->name, s->plugin,
-                      slot_package_for(s->plugin_package, PQserverVersion(s->conn), pkg,
-                                       sizeof pkg), msg);
+            rc = slot_fail(
+                s, STREAM_FATAL,
+                "slot=%s: the %s output plugin is not installed "
+                "on the server (install %s): %s",
+                s->name, s->plugin,
+                slot_package_for(s->plugin_package, PQserverVersion(s->conn), pkg, sizeof pkg),
+                msg);
         else if (strstr(msg, "already exists"))
-            rc = fail(s, STREAM_BUSY, "slot=%s was created concurrently by another process; "
-                      "waiting", s->name);
+            rc = slot_fail(s, STREAM_BUSY,
+                           "slot=%s was created concurrently by another process; "
+                           "waiting",
+                           s->name);
         else
-            rc = fail(s, error_rc(s), "slot=%s: CREATE_REPLICATION_SLOT failed: %s", s->name,
-                      msg);
+            rc = slot_fail(s, error_rc(s), "slot=%s: CREATE_REPLICATION_SLOT failed: %s", s->name,
+                           msg);
     }
     PQclear(res);
     return rc;
@@ -474,7 +496,7 @@ static PGresult *history_select(struct slot *s, const char *columns, int *rc)
 {
     char *lit = PQescapeLiteral(s->conn, s->name, strlen(s->name));
     if (lit == NULL) {
-        *rc = fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->name);
+        *rc = slot_fail(s, STREAM_RETRY, "slot=%s: cannot escape slot name", s->name);
         return NULL;
     }
     char sql[512];
@@ -498,8 +520,10 @@ static int check_slot_history(struct slot *s)
         return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (PQstatus(s->conn) != CONNECTION_OK) {
-            rc = fail(s, STREAM_RETRY, "slot=%s: lost the connection while checking the slot "
-                      "history", s->name);
+            rc = slot_fail(s, STREAM_RETRY,
+                           "slot=%s: lost the connection while checking the slot "
+                           "history",
+                           s->name);
         } else {
             char msg[SLOT_MSGLEN];
             pgconn_failure(s->conn, res, msg, sizeof msg);
@@ -516,12 +540,13 @@ static int check_slot_history(struct slot *s)
         log_info("slot=%s: an earlier start with --backfill did not get to create the slot; "
                  "creating it now", s->name);
     } else if (PQntuples(res) == 1 && !s->recreate_slot) {
-        rc = fail(s, STREAM_FATAL,
-                  "slot=%s was created by outbox-relay at %s (%s) and no longer exists: it was "
-                  "dropped or lost, and events committed since may not have been relayed. Not "
-                  "creating a new one silently. To go on, start once with --recreate-slot (add "
-                  "--backfill pending to republish the rows still in the outbox table)",
-                  s->name, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
+        rc =
+            slot_fail(s, STREAM_FATAL,
+                      "slot=%s was created by outbox-relay at %s (%s) and no longer exists: it was "
+                      "dropped or lost, and events committed since may not have been relayed. Not "
+                      "creating a new one silently. To go on, start once with --recreate-slot (add "
+                      "--backfill pending to republish the rows still in the outbox table)",
+                      s->name, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
     } else if (PQntuples(res) == 1) {
         log_warn("slot=%s was created before at %s and is gone; recreating it as "
                  "--recreate-slot asks", s->name, PQgetvalue(res, 0, 0));
@@ -545,14 +570,17 @@ int slot_check_backfill_marker(struct slot *s)
         return rc;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (PQstatus(s->conn) != CONNECTION_OK)
-            rc = fail(s, STREAM_RETRY, "slot=%s: lost the connection while reading its backfill "
-                      "marker", s->name);
+            rc = slot_fail(s, STREAM_RETRY,
+                           "slot=%s: lost the connection while reading its backfill "
+                           "marker",
+                           s->name);
     } else if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) &&
                (strcmp(PQgetvalue(res, 0, 0), "creating") == 0 ||
                 strcmp(PQgetvalue(res, 0, 0), "running") == 0)) {
-        rc = fail(s, STREAM_BACKFILL, "slot=%s: its backfill has not finished (backfill_state "
-                  "'%s' in public.outbox_relay_slots); not streaming it before", s->name,
-                  PQgetvalue(res, 0, 0));
+        rc = slot_fail(s, STREAM_BACKFILL,
+                       "slot=%s: its backfill has not finished (backfill_state "
+                       "'%s' in public.outbox_relay_slots); not streaming it before",
+                       s->name, PQgetvalue(res, 0, 0));
     }
     PQclear(res);
     return rc;

@@ -63,6 +63,10 @@ struct slot {
     size_t errlen;
 };
 
+/* Says why in s->err (printf-style) and returns rc: the one way the
+ * slot's administration (slot.c, publication.c, layout.c) reports. */
+int slot_fail(struct slot *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Runs sql on the slot's connection with query_timeout (a stalled path
  * cannot hang the setup: without an answer in time the connection is shut
  * down, PQstatus turns CONNECTION_BAD, and NULL is returned). Returns the
