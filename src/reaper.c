@@ -12,7 +12,7 @@
  * This file holds the run (its checks of the retention, the slot and the
  * table) and the deletion of rows in batches; the marks of the rule are in
  * reaper_marks.c, the dropping of whole partitions in reaper_partitions.c,
- * and what the three share in reap.h.
+ * and what the three share in reaper_internal.h.
  */
 #include "outbox_relay/reaper.h"
 
@@ -27,7 +27,7 @@
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
 #include "outbox_relay/pgconn.h"
-#include "outbox_relay/reap.h"
+#include "reaper_internal.h"
 #include "outbox_relay/rowcount.h"
 
 bool reap_stopping(const struct reap *r)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "outbox_relay/clock.h"
-#include "outbox_relay/reap.h"
+#include "reaper_internal.h"
 
 #define MARK_FRESH_ENOUGH                                                          \
     "snapshot_xmin::text::bigint > "                                             \

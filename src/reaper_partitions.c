@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "outbox_relay/log.h"
-#include "outbox_relay/reap.h"
+#include "reaper_internal.h"
 
 /* Drops one expired partition (qpart, quoted) of the table whose oid is
  * parent_oid. Returns 1 dropped, 0 kept (res->held_back) or skipped, or a

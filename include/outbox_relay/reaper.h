@@ -156,4 +156,15 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
 int reaper_take_mark(PGconn *conn, const char *slot, struct reaper_mark *mark, char *err,
                      size_t errlen);
 
+/* Builds the DELETE of one batch on table (quoted) into buf (capacity
+ * cap): at most $2 rows older than now() - $1 (the retention) whose xmin,
+ * widened to 64 bits, is below $3 (the used mark's X), oldest first.
+ * partitioned: rows are named by (tableoid, ctid), as ctid alone is not
+ * unique across partitions. Pure; exposed for tests. Returns the length or
+ * -1 when buf is too small. */
+int reaper_build_delete(const char *table, bool partitioned, char *buf, size_t cap);
+/* The same on another timestamp column (column: quoted as needed). */
+int reaper_build_delete_on(const char *table, const char *column, bool partitioned, char *buf,
+                           size_t cap);
+
 #endif

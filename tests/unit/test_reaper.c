@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/reap.h"
 #include "outbox_relay/reaper.h"
 
 static void test_enabled(void)

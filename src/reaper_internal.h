@@ -1,5 +1,5 @@
 /*
- * reap.h — one reaper run's state and the helpers that reaper.c (the run,
+ * reaper_internal.h — one reaper run's state and the helpers that reaper.c (the run,
  * row batches), reaper_marks.c (marks and the slot's position) and
  * reaper_partitions.c (dropping expired partitions) share. Internal to the
  * reaper: other modules use reaper.h.
@@ -8,8 +8,8 @@
  * reaper_rc; every transaction a helper opens is committed or rolled back
  * before the run returns.
  */
-#ifndef OUTBOX_RELAY_REAP_H
-#define OUTBOX_RELAY_REAP_H
+#ifndef OUTBOX_RELAY_REAPER_INTERNAL_H
+#define OUTBOX_RELAY_REAPER_INTERNAL_H
 
 #include <libpq-fe.h>
 #include <stdbool.h>
@@ -53,17 +53,6 @@ struct reap {
     bool counting;        /* prog runs: rows are being deleted */
     struct progress prog; /* rows done = res->rows */
 };
-
-/* Builds the DELETE of one batch on table (quoted) into buf (capacity
- * cap): at most $2 rows older than now() - $1 (the retention) whose xmin,
- * widened to 64 bits, is below $3 (the used mark's X), oldest first.
- * partitioned: rows are named by (tableoid, ctid), as ctid alone is not
- * unique across partitions. Pure; exposed for tests. Returns the length or
- * -1 when buf is too small. */
-int reaper_build_delete(const char *table, bool partitioned, char *buf, size_t cap);
-/* The same on another timestamp column (column: quoted as needed). */
-int reaper_build_delete_on(const char *table, const char *column, bool partitioned, char *buf,
-                           size_t cap);
 
 /* reaper.c: after rows were deleted or a partition dropped, notes
  * res->rows in the run's progress: a log line when one is due, the
