@@ -14,6 +14,7 @@
 
 #include "check_internal.h"
 #include "outbox_relay/maint.h"
+#include "outbox_relay/outbox_catalog.h"
 #include "outbox_relay/layout.h"
 #include "outbox_relay/publication.h"
 #include "outbox_relay/topic.h"
@@ -175,19 +176,21 @@ void check_logged(struct check_ctx *c)
         return;
     char msg[MSGLEN];
     const char *p[] = {c->qtable};
-    PGresult *res = check_query(c, PGRES_TUPLES_OK, MAINT_UNLOGGED_SQL, 1, p, msg, sizeof msg);
+    char sql[1500];
+    outbox_catalog_logged_sql("to_regclass($1)", sql, sizeof sql);
+    PGresult *res = check_query(c, PGRES_TUPLES_OK, sql, 1, p, msg, sizeof msg);
     if (res == NULL) {
         check_report_addf(c->report, "logged", CHECK_FAIL, NULL,
                           "cannot check that the outbox writes WAL: %s", msg);
         return;
     }
-    long n = atol(PQgetvalue(res, 0, 0));
+    long n = atol(PQgetvalue(res, 0, OUTBOX_LOGGED_COUNT));
     if (n == 0)
         check_report_addf(c->report, "logged", CHECK_PASS, NULL,
                           "the outbox%s writes WAL (no UNLOGGED or temporary table)",
                           c->partitioned ? " and every partition" : "");
     else
-        check_report_addf(c->report, "logged", CHECK_FAIL, PQgetvalue(res, 0, 1),
+        check_report_addf(c->report, "logged", CHECK_FAIL, PQgetvalue(res, 0, OUTBOX_LOGGED_FIX),
                           "%ld table(s) of the outbox are UNLOGGED or temporary: they write no "
                           "WAL, so their rows are never relayed (and the reaper would delete "
                           "them as delivered); republish rows written meanwhile", n);

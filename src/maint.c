@@ -29,6 +29,7 @@
 #include "outbox_relay/clock.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/metrics.h"
+#include "outbox_relay/outbox_catalog.h"
 #include "outbox_relay/pgconn.h"
 #include "outbox_relay/publication.h"
 #include "outbox_relay/reaper.h"
@@ -182,7 +183,7 @@ static void poll_slot(struct maint *mt)
      * pg_partition_tree(), which locks every partition: a poll must never
      * queue behind the reaper's lock on a partition it is about to drop. */
     const char *p2[] = {mt->qtable};
-    res = query(mt, "estimating the table's rows", MAINT_ROWS_ESTIMATE_SQL, 1, p2);
+    res = query(mt, "estimating the table's rows", OUTBOX_CATALOG_ROWS_SQL, 1, p2);
     if (res == NULL)
         return;
     metrics_set_table_rows(mt->m, PQgetisnull(res, 0, 0) ? -1 : atoll(PQgetvalue(res, 0, 0)));
@@ -196,20 +197,22 @@ static void poll_slot(struct maint *mt)
 static int64_t check_logged(struct maint *mt)
 {
     const char *p[] = {mt->qtable};
-    PGresult *res = query(mt, "checking that the outbox writes WAL", MAINT_UNLOGGED_SQL, 1, p);
+    char sql[1500];
+    outbox_catalog_logged_sql("to_regclass($1)", sql, sizeof sql);
+    PGresult *res = query(mt, "checking that the outbox writes WAL", sql, 1, p);
     if (res == NULL)
         return -1;
-    int64_t n = atoll(PQgetvalue(res, 0, 0));
+    int64_t n = atoll(PQgetvalue(res, 0, OUTBOX_LOGGED_COUNT));
     if (n > 0 && mt->unlogged <= 0)
         log_error("slot=%s: the outbox %s.%s has %lld table(s) that write no WAL (UNLOGGED or "
                   "temporary): their rows are never relayed, and the reaper is held off so it "
                   "does not delete them. Run: %s, then republish the rows written meanwhile",
                   mt->cfg->slot, mt->cfg->table_schema, mt->cfg->table_name, (long long) n,
-                  PQgetvalue(res, 0, 1));
+                  PQgetvalue(res, 0, OUTBOX_LOGGED_FIX));
     else if (n == 0 && mt->unlogged > 0)
         log_info("slot=%s: every table of the outbox writes WAL again", mt->cfg->slot);
     mt->unlogged = n;
-    metrics_set_unlogged(mt->m, n, PQgetvalue(res, 0, 1));
+    metrics_set_unlogged(mt->m, n, PQgetvalue(res, 0, OUTBOX_LOGGED_FIX));
     PQclear(res);
     return n;
 }

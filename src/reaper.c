@@ -28,6 +28,7 @@
 #include "outbox_relay/metrics.h"
 #include "outbox_relay/pgconn.h"
 #include "reaper_internal.h"
+#include "outbox_relay/outbox_catalog.h"
 #include "outbox_relay/rowcount.h"
 
 bool reap_stopping(const struct reap *r)
@@ -319,25 +320,17 @@ static int check_logged(struct reap *r, const char *oid)
 {
     const char *p[] = {oid};
     int rc = REAPER_OK;
-    PGresult *res = reap_exec(r, PGRES_TUPLES_OK, &rc, "checking the table is logged",
-            "WITH RECURSIVE tree(relid) AS (SELECT $1::oid UNION ALL "
-            "SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) "
-            "SELECT count(*), string_agg(CASE c.relpersistence WHEN 't' THEN "
-            "'table ' || q.name || ' is TEMPORARY (recreate it as a logged table)' "
-            "ELSE 'table ' || q.name || ' is UNLOGGED (run ALTER TABLE ' || q.name || "
-            "' SET LOGGED)' END, '; ' ORDER BY q.name) "
-            "FROM tree JOIN pg_class c ON c.oid = tree.relid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace, "
-            "LATERAL (SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) "
-            "AS name) q WHERE c.relpersistence <> 'p'",
-            1, p);
+    char sql[1500];
+    outbox_catalog_logged_sql("$1::oid", sql, sizeof sql);
+    PGresult *res = reap_exec(r, PGRES_TUPLES_OK, &rc, "checking the table is logged", sql, 1, p);
     if (res == NULL)
         return rc;
-    if (atoll(PQgetvalue(res, 0, 0)) > 0)
-        rc = reap_err(r, REAPER_FATAL, "reaper: refusing to delete anything: %s. Such a table "
-                      "writes no WAL, so its rows never reach slot %s while the slot moves past "
-                      "them; rows written while it was not logged were never relayed (re-publish "
-                      "them)", PQgetvalue(res, 0, 1), r->slot);
+    if (atoll(PQgetvalue(res, 0, OUTBOX_LOGGED_COUNT)) > 0)
+        rc = reap_err(r, REAPER_FATAL, "reaper: refusing to delete anything: %s (fix: %s). Such "
+                      "a table writes no WAL, so its rows never reach slot %s while the slot "
+                      "moves past them; rows written while it was not logged were never relayed "
+                      "(re-publish them)", PQgetvalue(res, 0, OUTBOX_LOGGED_WHAT),
+                      PQgetvalue(res, 0, OUTBOX_LOGGED_FIX), r->slot);
     PQclear(res);
     return rc;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "outbox_relay/log.h"
+#include "outbox_relay/outbox_catalog.h"
 #include "outbox_relay/pgconn.h"
 #include "outbox_relay/plugin.h"
 
@@ -138,51 +139,34 @@ int slot_check_table(struct slot *s, bool *partitioned)
 {
     char *schema = PQescapeLiteral(s->conn, s->table_schema, strlen(s->table_schema));
     char *table = PQescapeLiteral(s->conn, s->table_name, strlen(s->table_name));
-    char sql[1024];
-    snprintf(sql, sizeof sql,
-             "WITH RECURSIVE tree(relid, depth) AS (SELECT c.oid, 0 FROM pg_class c "
-             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
-             "c.relname = %s UNION ALL SELECT i.inhrelid, t.depth + 1 FROM pg_inherits i "
-             "JOIN tree t ON i.inhparent = t.relid WHERE t.depth < 16) "
-             "SELECT c.relkind, c.relpersistence, quote_ident(n.nspname) || '.' || "
-             "quote_ident(c.relname) FROM tree JOIN pg_class c ON c.oid = tree.relid "
-             "JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY tree.depth, 3",
+    char expr[600], sql[2200];
+    snprintf(expr, sizeof expr, "to_regclass(quote_ident(%s) || '.' || quote_ident(%s))",
              schema ? schema : "''", table ? table : "''");
     PQfreemem(schema);
     PQfreemem(table);
+    if (outbox_catalog_logged_sql(expr, sql, sizeof sql) < 0)
+        return slot_fail(s, STREAM_FATAL, "slot=%s: the outbox table's name is too long",
+                         s->name);
     PGresult *res = query(s, sql, "looking up the outbox table");
     if (res == NULL)
         return error_rc(s);
     int rc = STREAM_OK;
-    if (PQntuples(res) == 0) {
-        rc = slot_fail(s, STREAM_FATAL,
-                       "the outbox table %s.%s does not exist in this database: "
-                       "create it (sql/001_outbox.sql) or name another with --table",
+    if (PQgetisnull(res, 0, OUTBOX_LOGGED_KIND)) {
+        rc = slot_fail(s, STREAM_FATAL, "the outbox table %s.%s does not exist in this "
+                       "database: create it (sql/001_outbox.sql) or name another with --table",
                        s->table_schema, s->table_name);
         goto done;
     }
-    *partitioned = strcmp(PQgetvalue(res, 0, 0), "p") == 0;
-    char fix[600] = "";
-    size_t used = 0;
-    int nolog = 0;
-    for (int i = 0; i < PQntuples(res); i++) {
-        const char *p = PQgetvalue(res, i, 1);
-        if (strcmp(p, "u") != 0 && strcmp(p, "t") != 0)
-            continue;
-        if (nolog++ == 0 || used + 64 < sizeof fix) {
-            int w = snprintf(fix + used, sizeof fix - used, "%sALTER TABLE %s SET LOGGED;",
-                             used ? " " : "", PQgetvalue(res, i, 2));
-            if (w > 0 && (size_t) w < sizeof fix - used)
-                used += (size_t) w;
-        }
-    }
+    *partitioned = strcmp(PQgetvalue(res, 0, OUTBOX_LOGGED_KIND), "p") == 0;
+    long nolog = atol(PQgetvalue(res, 0, OUTBOX_LOGGED_COUNT));
     if (nolog > 0)
-        rc =
-            slot_fail(s, STREAM_FATAL,
-                      "the outbox %s.%s has %d table(s) that write no WAL (UNLOGGED or temporary): "
-                      "logical decoding never sees their rows, so their events would be lost. Run: "
-                      "%s (rows written while unlogged were never relayed: republish them)",
-                      s->table_schema, s->table_name, nolog, fix);
+        rc = slot_fail(s, STREAM_FATAL,
+                       "the outbox %s.%s has %ld table(s) that write no WAL (UNLOGGED or "
+                       "temporary): logical decoding never sees their rows, so their events "
+                       "would be lost. Run: %s (rows written while unlogged were never relayed: "
+                       "republish them)",
+                       s->table_schema, s->table_name, nolog,
+                       PQgetvalue(res, 0, OUTBOX_LOGGED_FIX));
 done:
     PQclear(res);
     return rc;

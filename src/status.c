@@ -18,6 +18,7 @@
 #include "outbox_relay/human.h"
 #include "outbox_relay/log.h"
 #include "outbox_relay/maint.h"
+#include "outbox_relay/outbox_catalog.h"
 #include "outbox_relay/pgconn.h"
 #include "outbox_relay/plugin.h"
 #include "outbox_relay/publication.h"
@@ -230,7 +231,7 @@ static int report_table(PGconn *conn, const struct relay_config *cfg, struct ver
     char qtable[300];
     snprintf(qtable, sizeof qtable, "%s.%s", qs, qn);
     const char *params[] = {qtable};
-    PGresult *res = query(conn, "estimating the table's rows", MAINT_ROWS_ESTIMATE_SQL, 1, params);
+    PGresult *res = query(conn, "estimating the table's rows", OUTBOX_CATALOG_ROWS_SQL, 1, params);
     if (res == NULL)
         goto out;
     char rows[32];
@@ -238,14 +239,16 @@ static int report_table(PGconn *conn, const struct relay_config *cfg, struct ver
     PQclear(res);
     /* A table that writes no WAL: its rows are never relayed, and look
      * delivered (keepalives move the slot past them). */
-    res = query(conn, "checking that the outbox writes WAL", MAINT_UNLOGGED_SQL, 1, params);
+    char logged_sql[1500];
+    outbox_catalog_logged_sql("to_regclass($1)", logged_sql, sizeof logged_sql);
+    res = query(conn, "checking that the outbox writes WAL", logged_sql, 1, params);
     if (res == NULL)
         goto out;
-    if (atoll(PQgetvalue(res, 0, 0)) > 0)
+    if (atoll(PQgetvalue(res, 0, OUTBOX_LOGGED_COUNT)) > 0)
         unhealthy(v, "the outbox has %s UNLOGGED or temporary table(s): they write no WAL, so "
                   "their rows are never relayed (and the reaper would delete them); run %s and "
-                  "republish the rows written meanwhile", PQgetvalue(res, 0, 0),
-                  PQgetvalue(res, 0, 1));
+                  "republish the rows written meanwhile",
+                  PQgetvalue(res, 0, OUTBOX_LOGGED_COUNT), PQgetvalue(res, 0, OUTBOX_LOGGED_FIX));
     PQclear(res);
     char ignored[512];
     PQclear(pgconn_exec(conn, "SET lock_timeout = '2s'", 0, NULL, STATUS_QUERY_TIMEOUT, ignored,

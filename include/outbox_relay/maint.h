@@ -35,30 +35,6 @@
 #define MAINT_MARK_INTERVAL 10.0 /* s between reaper marks (reaper_take_mark) */
 #define MAINT_HEARTBEAT_PREFIX "outbox-relay-heartbeat"
 
-/* The outbox's row estimate (pg_class.reltuples summed over the leaves of
- * the partition tree; NULL when never vacuumed or analyzed). $1 is the
- * quoted "schema"."table". Reads catalogs only: takes no lock on the table
- * or its partitions. */
-#define MAINT_ROWS_ESTIMATE_SQL                                                   \
-    "WITH RECURSIVE tree(relid) AS (SELECT to_regclass($1)::oid UNION ALL "      \
-    "SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) " \
-    "SELECT CASE WHEN bool_and(c.reltuples < 0) THEN NULL "                      \
-    "ELSE sum(greatest(c.reltuples, 0)) END::bigint "                            \
-    "FROM tree JOIN pg_class c ON c.oid = tree.relid WHERE c.relkind <> 'p'"
-
-/* The outbox's tables (it and its partitions) that write no WAL
- * (relpersistence 'u' UNLOGGED or 't' temporary): their count and the
- * ALTER TABLE … SET LOGGED statements that fix them. $1 as above. Catalogs
- * only. Logical decoding never sees such a table's rows, while keepalives
- * move the slot past them: the reaper would delete them as delivered. */
-#define MAINT_UNLOGGED_SQL                                                        \
-    "WITH RECURSIVE tree(relid) AS (SELECT to_regclass($1)::oid UNION ALL "      \
-    "SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) " \
-    "SELECT count(*), coalesce(string_agg(format('ALTER TABLE %s.%s SET LOGGED;', " \
-    "quote_ident(n.nspname), quote_ident(c.relname)), ' ' ORDER BY c.oid), '') "  \
-    "FROM tree JOIN pg_class c ON c.oid = tree.relid "                            \
-    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relpersistence IN ('u', 't')"
-
 struct maint;
 struct metrics;
 
