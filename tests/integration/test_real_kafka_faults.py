@@ -1,0 +1,263 @@
+"""test_real_kafka_faults.py — the broker-side faults of the issue "Real Kafka"
+that the mock cluster can only imitate, against a real Apache Kafka 4.x
+(kafka_cluster.py): what the broker really answers, and what the relayer
+does with it, is the subject.
+
+  test_missing_topic_is_waited_for_then_delivered
+      fault 4: brokers with auto.create.topics.enable=false, the relayer's
+      --topic missing while producers commit: the relayer keeps running,
+      alerts (log, outbox_relay_delivery_waiting{reason="topic_missing"} 1),
+      confirms nothing past the first event; once the topic is created
+      every committed event arrives, per-aggregate order kept, nothing
+      from a rolled-back transaction, and the gauge clears
+  test_record_over_the_topics_limit_halts
+      fault 5, --on-poison halt (default): a topic whose max.message.bytes
+      is below one event (but the producer's limit is not, so only the
+      broker's answer can tell): exit 1 naming the event, the slot not
+      past it, nothing after it in the topic; with the topic's limit
+      raised a restart delivers it and what followed, in order
+  test_record_over_the_topics_limit_dead_lettered
+      fault 5, --on-poison dead-letter: the event becomes a dead letter,
+      the events after it (also of its aggregate) arrive in order, the
+      slot moves on, the relayer keeps running
+  test_check_on_a_misconfigured_real_cluster
+      `outbox-relay check` reading the real broker's and topics' configs
+      (DescribeConfigs, which the mock cluster lacks): a missing topic
+      with auto.create.topics.enable=false FAILs, the topic's
+      max.message.bytes below the largest payload FAILs, a topic that
+      fits PASSes
+  test_check_missing_topic_with_auto_creation_on
+      the same missing topic where the brokers create topics (Kafka's
+      default): PASS, saying why
+
+Events of the load tests carry per-aggregate sequence numbers handed out by
+the database (test_chaos.Producer), checked by test_real_kafka.verify().
+"""
+
+import re
+import time
+import uuid
+
+import harness
+from harness import wait_until
+from test_chaos import commit_marker, read_to_end
+from test_check import HEALTHY, expect, insert_event, run_check
+from test_kafka_errors import metric
+from test_poison import Outbox, assert_halted_on
+from test_real_kafka import MIN_ISR, SLOT, Load, finish, prepare, wait_confirmed
+
+LIMIT = 10000                                  # the topic's max.message.bytes
+BIG_PAYLOAD = '{"blob": "%s"}' % ("x" * 20000)  # over LIMIT, far under the producer's 1000000
+WAITING = 'outbox_relay_delivery_waiting{reason="topic_missing"}'
+
+
+def start(relayer, pg, bootstrap, topic, *extra):
+    """build/outbox-relay with its defaults, --topic and `extra`, once
+    its slot is active."""
+    r = relayer("--dsn", pg.dsn(), "--brokers", bootstrap, "--topic", topic, *extra)
+
+    def streaming():
+        if not r.running():
+            raise AssertionError("relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail()))
+        return bool((pg.slot_info(SLOT) or {}).get("active"))
+    wait_until(streaming, 60, interval=0.2, message="the relayer to stream")
+    return r
+
+
+def topic_exists(bootstrap, topic):
+    from confluent_kafka.admin import AdminClient
+    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=10)
+    tm = md.topics.get(topic)
+    return tm is not None and tm.error is None
+
+
+def ids_in(bootstrap, topic):
+    """{event_id: [offsets]} of every record in `topic` (one partition
+    or many: offsets are per partition, compare within one only)."""
+    out = {}
+    for _, _, off, _, headers, _ in read_to_end(bootstrap, [topic]):
+        out.setdefault(int(headers["event_id"]), []).append(off)
+    return out
+
+
+# --------------------------------------------------------------------------
+# fault 4: the topic does not exist and the brokers do not create it
+# --------------------------------------------------------------------------
+
+def test_missing_topic_is_waited_for_then_delivered(kafka_no_autocreate, pg, relayer,
+                                                    unique_topic):
+    cluster = kafka_no_autocreate
+    topic = unique_topic()
+    port = harness.free_port()
+    aggs = prepare(pg)
+    t0 = time.monotonic()
+    r = start(relayer, pg, cluster.bootstrap, topic, "--metrics-addr", "127.0.0.1:%d" % port)
+    first_id, first_end = commit_marker(pg, "real")
+    load = Load(pg, aggs, seed=hash(topic))
+    load.start()
+
+    # librdkafka fails a message to an unknown topic only after
+    # topic.metadata.propagation.max.ms (30 s by default).
+    def waiting():
+        assert r.running(), "relayer exited (rc=%s) on a missing topic; log:\n%s" % (
+            r.returncode, r.log_tail())
+        return metric(port, WAITING) == 1
+    wait_until(waiting, 75, interval=0.5, message="%s 1; log tail:\n%s" % (WAITING, r.log_tail()))
+    t_alert = time.monotonic()
+    r.assert_running_for(3)
+    c = pg.confirmed_flush_lsn(SLOT)
+    assert c < first_end, ("the slot confirmed %s, past the first event (commit ends %s) whose "
+                           "topic does not exist" % (harness.int_to_lsn(c),
+                                                     harness.int_to_lsn(first_end)))
+    assert not topic_exists(cluster.bootstrap, topic), "the brokers created the topic after all"
+    warns = [l for l in r.log_text().splitlines() if " warn " in l and "topic_missing" in l]
+    assert warns, "no warn line saying topic_missing; log tail:\n%s" % r.log_tail()
+    errors = [l for l in r.log_text().splitlines() if " error " in l]
+    assert not errors, errors
+
+    cluster.create_topic(topic, partitions=3, rf=1)   # the operator's fix
+    t_created = time.monotonic()
+    wait_confirmed(pg, r, first_end)
+    t_resumed = time.monotonic()
+    r.assert_running_for(3)
+    load.stop()
+    wait_until(lambda: metric(port, WAITING) == 0, 30, interval=0.5,
+               message="the waiting gauge to clear")
+    committed, records, duplicates = finish(pg, r, cluster.bootstrap, topic, load,
+                                            markers=(first_id,))
+    print("real kafka: %s 1 after %.1f s; first event confirmed %.1f s after the topic was "
+          "created; %d events, %d duplicates; %.1f s in all"
+          % (WAITING, t_alert - t0, t_resumed - t_created, committed, duplicates,
+             time.monotonic() - t0))
+    assert committed > 50, "too few events to mean anything: %d" % committed
+
+
+# --------------------------------------------------------------------------
+# fault 5: a record larger than the topic's max.message.bytes
+# --------------------------------------------------------------------------
+
+def small_topic(cluster, name):
+    """One partition (so offsets give the order), RF 3, min ISR 2, and
+    max.message.bytes = LIMIT."""
+    return cluster.create_topic(name, partitions=1, rf=3,
+                                configs=dict(MIN_ISR, **{"max.message.bytes": LIMIT}))
+
+
+def test_record_over_the_topics_limit_halts(kafka_cluster, pg, relayer, unique_topic):
+    from confluent_kafka.admin import ConfigResource
+    from kafka_cluster import _admin
+    t0 = time.monotonic()
+    topic = small_topic(kafka_cluster, unique_topic())
+    ob = Outbox(pg)
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic)
+    agg = str(uuid.uuid4())
+    a = ob.one("big.before", agg=agg)
+    wait_confirmed(pg, r, a.commit_end, timeout=60)
+
+    b = ob.one("big.huge", BIG_PAYLOAD, agg=agg)
+    c = ob.one("big.after", '{"after": 1}', agg=agg)
+    line = assert_halted_on(r, pg, b, "big.huge", "too large")
+    print("real kafka: halted with: %s" % line)
+    got = ids_in(kafka_cluster.bootstrap, topic)
+    assert a.id in got, "the event before the poison one is missing: %s" % got
+    assert b.id not in got and c.id not in got, "events from the halt on were published: %s" % got
+
+    # The fix: the topic takes records of up to 1 MB; the restart sends the
+    # event and the one after it, in order.
+    res = ConfigResource("topic", topic, set_config={"max.message.bytes": "1000000",
+                                                     "min.insync.replicas": "2"})
+    admin = _admin(kafka_cluster.bootstrap)
+    admin.alter_configs([res])[res].result(30)
+    r2 = start(relayer, pg, kafka_cluster.bootstrap, topic)
+    wait_confirmed(pg, r2, c.commit_end, timeout=60)
+    assert r2.terminate(30) == 0, r2.log_tail()
+    got = ids_in(kafka_cluster.bootstrap, topic)
+    assert b.id in got and c.id in got, got
+    assert got[a.id][0] < got[b.id][0] < got[c.id][0], "aggregate out of order: %s" % got
+    print("real kafka: halt, fix and redelivery in %.1f s" % (time.monotonic() - t0))
+
+
+def test_record_over_the_topics_limit_dead_lettered(kafka_cluster, pg, relayer, unique_topic):
+    t0 = time.monotonic()
+    topic = small_topic(kafka_cluster, unique_topic())
+    dlq = kafka_cluster.create_topic(unique_topic("dlq"), partitions=1, rf=3, configs=MIN_ISR)
+    ob = Outbox(pg)
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, "--on-poison", "dead-letter",
+              "--dead-letter-topic", dlq)
+    agg, other = str(uuid.uuid4()), str(uuid.uuid4())
+    a = ob.one("big.before", agg=agg)
+    b = ob.one("big.huge", BIG_PAYLOAD, agg=agg)
+    after = [ob.one("big.after", '{"after": %d}' % i, agg=agg if i % 2 == 0 else other)
+             for i in range(6)]
+    wait_confirmed(pg, r, after[-1].commit_end, timeout=60)
+    r.assert_running_for(2)
+
+    got = ids_in(kafka_cluster.bootstrap, topic)
+    dead = ids_in(kafka_cluster.bootstrap, dlq)
+    wrongly_dead = sorted(set(dead) - {b.id})
+    missing = [t.id for t in [a] + after if t.id not in got]
+    assert not wrongly_dead, ("events other than the oversized one %d were dead-lettered: %s "
+                              "(a batch with it refused as a whole?); log tail:\n%s"
+                              % (b.id, wrongly_dead, r.log_tail()))
+    assert not missing, "events after the poison one never arrived: %s" % missing
+    assert b.id not in got, "the oversized event was appended to its topic"
+    assert list(dead) == [b.id], "expected one dead letter for %d, got %s" % (b.id, dead)
+    mine = [t.id for t in [a] + after if t.aggs[0] == agg]
+    offsets = [got[i][0] for i in mine]
+    assert offsets == sorted(offsets), "aggregate %s out of order: %s" % (agg, offsets)
+    assert any("event_id=%d" % b.id in l and dlq in l
+               for l in r.log_text().splitlines() if " warn " in l), r.log_tail()
+    assert r.terminate(30) == 0, r.log_tail()
+    print("real kafka: dead-lettered %d, %d after it delivered, in %.1f s"
+          % (b.id, len(after), time.monotonic() - t0))
+
+
+# --------------------------------------------------------------------------
+# check against the real broker's configs
+# --------------------------------------------------------------------------
+
+def test_check_on_a_misconfigured_real_cluster(kafka_no_autocreate, pg_factory, relayer_binary,
+                                               unique_topic):
+    cluster = kafka_no_autocreate
+    pg = pg_factory(settings=HEALTHY)
+    insert_event(pg)
+    bootstrap = ("--dsn", pg.dsn(), "--brokers", cluster.bootstrap)
+
+    missing = unique_topic("missing")
+    rep = run_check(relayer_binary, *bootstrap, "--topic", missing)
+    item = expect(rep, "topics", "FAIL", detail="auto.create.topics.enable = false",
+                  fix="kafka-topics.sh --create")
+    assert missing in item["detail"], item
+    assert rep.rc == 1, rep
+    assert not topic_exists(cluster.bootstrap, missing), "check created the topic"
+
+    # The topic exists, but its limit is below a payload already in the outbox.
+    insert_event(pg, payload=BIG_PAYLOAD)
+    small = cluster.create_topic(unique_topic("small"), partitions=1, rf=1,
+                                 configs={"max.message.bytes": LIMIT})
+    rep = run_check(relayer_binary, *bootstrap, "--topic", small)
+    expect(rep, "topics", "PASS", detail=small)
+    item = expect(rep, "message_size", "FAIL", detail="max.message.bytes of a topic",
+                  fix="max.message.bytes")
+    assert "%d bytes" % LIMIT in item["detail"], item
+    assert rep.rc == 1, rep
+
+    # A topic with Kafka's default limit takes that payload.
+    roomy = cluster.create_topic(unique_topic("roomy"), partitions=1, rf=1)
+    rep = run_check(relayer_binary, *bootstrap, "--topic", roomy)
+    expect(rep, "topics", "PASS")
+    expect(rep, "message_size", "PASS")
+    assert not re.search(r"^FAIL (topics|message_size|kafka)", rep.stdout, re.M), rep
+
+
+def test_check_missing_topic_with_auto_creation_on(kafka_cluster, pg_factory, relayer_binary,
+                                                   unique_topic):
+    pg = pg_factory(settings=HEALTHY)
+    insert_event(pg)
+    missing = unique_topic("missing")
+    rep = run_check(relayer_binary, "--dsn", pg.dsn(), "--brokers", kafka_cluster.bootstrap,
+                    "--topic", missing)
+    expect(rep, "kafka", "PASS")
+    item = expect(rep, "topics", "PASS", detail="auto.create.topics.enable = true")
+    assert missing in item["detail"], item
+    assert not topic_exists(kafka_cluster.bootstrap, missing), "check created the topic"
