@@ -29,7 +29,11 @@ does with it, is the subject.
       (DescribeConfigs, which the mock cluster lacks): a missing topic
       with auto.create.topics.enable=false FAILs, the topic's
       max.message.bytes below the largest payload FAILs, a topic that
-      fits PASSes
+      fits PASSes; on one broker, replication WARNs
+  test_check_replication_on_a_real_cluster
+      check's replication verdict: RF 3 with min.insync.replicas 2
+      PASSes, min.insync.replicas 1 or RF 2 WARN, min.insync.replicas
+      above the RF FAILs
   test_check_missing_topic_with_auto_creation_on
       the same missing topic where the brokers create topics (Kafka's
       default): PASS, saying why
@@ -296,6 +300,10 @@ def test_check_on_a_misconfigured_real_cluster(kafka_no_autocreate, pg_factory, 
                   fix="max.message.bytes")
     assert "%d bytes" % LIMIT in item["detail"], item
     assert rep.rc == 1, rep
+    # A single broker: nothing survives its loss.
+    expect(rep, "replication", "WARN",
+           detail="%s (replication factor 1, min.insync.replicas 1" % small,
+           fix="min.insync.replicas=2")
 
     # A topic with Kafka's default limit takes that payload.
     roomy = cluster.create_topic(unique_topic("roomy"), partitions=1, rf=1)
@@ -303,6 +311,29 @@ def test_check_on_a_misconfigured_real_cluster(kafka_no_autocreate, pg_factory, 
     expect(rep, "topics", "PASS")
     expect(rep, "message_size", "PASS")
     assert not re.search(r"^FAIL (topics|message_size|kafka)", rep.stdout, re.M), rep
+
+
+def test_check_replication_on_a_real_cluster(kafka_cluster, pg_factory, relayer_binary,
+                                             unique_topic):
+    """The replication verdict from the metadata (replicas per partition)
+    and DescribeConfigs (min.insync.replicas) of three real brokers."""
+    pg = pg_factory(settings=HEALTHY)
+    insert_event(pg)
+    cases = [(3, MIN_ISR, "PASS", "survives"),
+             (3, None, "WARN", "may be on one broker only"),    # Kafka's default min ISR 1
+             (2, MIN_ISR, "WARN", "one copy or none"),
+             (1, {"min.insync.replicas": 2}, "FAIL", "every write is refused")]
+    for rf, configs, status, words in cases:
+        topic = kafka_cluster.create_topic(unique_topic("rf%d" % rf), partitions=3, rf=rf,
+                                           configs=configs)
+        rep = run_check(relayer_binary, "--dsn", pg.dsn(), "--brokers", kafka_cluster.bootstrap,
+                        "--topic", topic)
+        item = expect(rep, "replication", status, detail=words)
+        assert "%s (replication factor %d, min.insync.replicas %d" % (
+            topic, rf, (configs or {}).get("min.insync.replicas", 1)) in item["detail"], item
+        expect(rep, "topics", "PASS")
+        assert rep.rc == (1 if status == "FAIL" else 0), rep
+        print("real kafka: %s %s" % (item["status"], item["detail"]))
 
 
 def test_check_missing_topic_with_auto_creation_on(kafka_cluster, pg_factory, relayer_binary,
