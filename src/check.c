@@ -247,6 +247,15 @@ enum check_status check_record_fits(long long max_payload, long long limit)
     return max_payload + CHECK_RECORD_OVERHEAD > limit ? CHECK_FAIL : CHECK_PASS;
 }
 
+enum check_status check_classify_replication(int rf, int min_isr)
+{
+    if (min_isr > rf)
+        return CHECK_FAIL;
+    if (rf < 3 || min_isr < 2)
+        return CHECK_WARN;
+    return CHECK_PASS;
+}
+
 const char *check_column_name(enum check_column c)
 {
     const struct w2j_columns_map *m = &W2J_DEFAULT_COLUMNS;

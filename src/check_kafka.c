@@ -4,9 +4,12 @@
  * properties: TLS and SASL are part of "reachable"), the topics the
  * outbox's events go to exist or the broker creates them, and the largest
  * payload fits the smallest of the producer's, the broker's and the
- * topics' record limits. The broker's settings come from DescribeConfigs
- * when the cluster offers it (and the principal may describe); otherwise
- * they are said to be unknown.
+ * topics' record limits, and that the existing topics' replication factor
+ * and min.insync.replicas let acks=all survive the loss of a broker. The
+ * broker's settings come from DescribeConfigs when the cluster offers it
+ * (and the principal may describe); otherwise they are said to be unknown
+ * (and replication, which needs a topic's min.insync.replicas, is not
+ * reported).
  *
  * The metadata request asks for all topics: naming one would make a broker
  * with auto.create.topics.enable create it, and a preflight creates
@@ -30,6 +33,7 @@ struct broker_conf {
     long long broker_max;  /* message.max.bytes, -1 unknown */
     long long topic_max;   /* smallest max.message.bytes of the described topics, -1 */
     char topic_min_name[256];
+    int min_isr[MAX_DESCRIBED]; /* min.insync.replicas of the described topics, -1 */
     char why_unknown[300];
 };
 
@@ -139,7 +143,11 @@ static void describe(rd_kafka_t *rk, int broker_id, char *const *topics, size_t 
                 const char *value = rd_kafka_ConfigEntry_value(cs[j]);
                 if (value == NULL)
                     continue;
-                if (broker && strcmp(name, "auto.create.topics.enable") == 0)
+                if (!broker && strcmp(name, "min.insync.replicas") == 0) {
+                    for (size_t k = 0; k < ntopics && k < MAX_DESCRIBED; k++)
+                        if (strcmp(topics[k], rd_kafka_ConfigResource_name(rs[i])) == 0)
+                            bc->min_isr[k] = atoi(value);
+                } else if (broker && strcmp(name, "auto.create.topics.enable") == 0)
                     bc->auto_create = strcmp(value, "true") == 0;
                 else if (broker && strcmp(name, "message.max.bytes") == 0)
                     bc->broker_max = atoll(value);
@@ -258,6 +266,60 @@ static void check_message_size(struct check_ctx *c, long long client_max,
     }
 }
 
+/* Replication of the existing topics that were described (topics[i]'s
+ * min.insync.replicas in bc->min_isr[i]); the replication factor is the
+ * fewest replicas of any of its partitions. The worst verdict of them;
+ * nothing when no topic's min.insync.replicas is known. */
+static void check_replication(struct check_ctx *c, const struct rd_kafka_metadata *md,
+                              char *const *topics, size_t ntopics, const struct broker_conf *bc)
+{
+    char detail[1400] = "";
+    enum check_status worst = CHECK_PASS;
+    size_t judged = 0;
+    for (size_t i = 0; i < ntopics; i++) {
+        if (bc->min_isr[i] < 0)
+            continue;
+        int rf = -1;
+        for (int t = 0; t < md->topic_cnt; t++) {
+            if (strcmp(md->topics[t].topic, topics[i]) != 0)
+                continue;
+            for (int p = 0; p < md->topics[t].partition_cnt; p++)
+                if (rf < 0 || md->topics[t].partitions[p].replica_cnt < rf)
+                    rf = md->topics[t].partitions[p].replica_cnt;
+        }
+        if (rf < 0)
+            continue;
+        enum check_status st = check_classify_replication(rf, bc->min_isr[i]);
+        if (st > worst)
+            worst = st;
+        char one[400];
+        snprintf(one, sizeof one, "%s (replication factor %d, min.insync.replicas %d%s)",
+                 topics[i], rf, bc->min_isr[i],
+                 st == CHECK_FAIL   ? ": every write is refused"
+                 : st == CHECK_WARN ? (rf < 3 ? ": one broker down leaves one copy or none"
+                                              : ": an acknowledged event may be on one broker "
+                                                "only")
+                                    : "");
+        list_add(detail, sizeof detail, one);
+        judged++;
+    }
+    if (judged == 0)
+        return;
+    check_report_addf(c->report, "replication", worst,
+                      worst == CHECK_PASS ? NULL
+                                          : "give the topics replication factor 3 and "
+                                            "min.insync.replicas 2 (kafka-configs.sh --alter "
+                                            "--entity-type topics --add-config "
+                                            "min.insync.replicas=2; more replicas: "
+                                            "kafka-reassign-partitions.sh)",
+                      "%s: %s",
+                      worst == CHECK_PASS   ? "acks=all survives the loss of one broker"
+                      : worst == CHECK_WARN ? "acks=all does not survive the loss of one broker"
+                                            : "acks=all cannot be met, the relayer would wait "
+                                              "forever",
+                      detail);
+}
+
 void check_kafka(struct check_ctx *c)
 {
     const struct relay_config *cfg = c->cfg;
@@ -307,6 +369,8 @@ void check_kafka(struct check_ctx *c)
                       "Kafka at %s answered: %d broker(s), %d topic(s)", brokers,
                       md->broker_cnt, md->topic_cnt);
     struct broker_conf bc = {.auto_create = -1, .broker_max = -1, .topic_max = -1};
+    for (size_t i = 0; i < MAX_DESCRIBED; i++)
+        bc.min_isr[i] = -1;
     char *existing[MAX_DESCRIBED];
     size_t nexisting = 0;
     for (size_t i = 0; i < c->ntopics && nexisting < MAX_DESCRIBED; i++)
@@ -319,6 +383,7 @@ void check_kafka(struct check_ctx *c)
     check_topics(c, md, &bc);
     if (c->table_exists)
         check_message_size(c, client_max, &bc);
+    check_replication(c, md, existing, nexisting, &bc);
     rd_kafka_metadata_destroy(md);
     rd_kafka_destroy(rk);
 }

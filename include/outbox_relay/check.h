@@ -180,6 +180,15 @@ long long check_record_limit(long long client_max, long long broker_max, long lo
  * CHECK_RECORD_OVERHEAD) exceeds limit. */
 enum check_status check_record_fits(long long max_payload, long long limit);
 
+/* Whether the relayer's acks=all keeps an acknowledged event through the
+ * loss of one broker, for a topic whose partitions have rf replicas (the
+ * fewest of its partitions) and whose min.insync.replicas is min_isr.
+ * FAIL when min_isr > rf (every write is refused: NOT_ENOUGH_REPLICAS);
+ * WARN when rf < 3 (one broker down leaves one copy, or stops writes) or
+ * min_isr < 2 (an acknowledged record may live on one broker only); PASS
+ * otherwise. */
+enum check_status check_classify_replication(int rf, int min_isr);
+
 /* --- the command ------------------------------------------------------- */
 
 /* Runs every check with cfg (--dsn required; --brokers optional: without

@@ -45,7 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
 # A real Apache Kafka: kafka_cluster, kafka_single, own_kafka_cluster, unique_topic.
-from kafka_fixtures import kafka_cluster, kafka_single, own_kafka_cluster, unique_topic  # noqa: E402,F401
+from kafka_fixtures import (kafka_cluster, kafka_no_autocreate, kafka_single,  # noqa: E402,F401
+                            own_kafka_cluster, unique_topic)
 
 
 def pg_majors():

@@ -312,11 +312,17 @@ class KafkaCluster(_TopicOps):
     .leader_of(topic, p)     broker id leading the partition
     .create_topic(name, partitions, rf, configs)
     .cleanup()               SIGKILL everything, remove the data dirs
+
+    broker_settings: server.properties entries every broker gets on top of
+    the defaults below, for tests of a misconfigured cluster, e.g.
+    {"auto.create.topics.enable": "false"}.
     """
 
-    def __init__(self, nodes=3, heap="384m", start_timeout=180, keep_dir=False):
+    def __init__(self, nodes=3, heap="384m", start_timeout=180, keep_dir=False,
+                 broker_settings=None):
         self.lib = classpath()
         self.n = nodes
+        self.broker_settings = dict(broker_settings or {})
         self.replication = min(3, nodes)
         self.keep_dir = keep_dir
         _sweep_orphans()
@@ -391,6 +397,8 @@ class KafkaCluster(_TopicOps):
                 "num.recovery.threads.per.data.dir": 1,
                 "num.replica.fetchers": 1,
             })
+            if node.port is not None:
+                props.update(self.broker_settings)
             node.write_config(props)
 
     def _format(self, timeout):

@@ -11,6 +11,11 @@ imported by conftest.py.
   own_kafka_cluster  a 3-broker cluster of this test alone, for faults
                      (.stop/.kill/.start of a broker); its brokers' logs
                      are copied to the test's tmp dir at teardown
+  kafka_no_autocreate
+                     1 broker with auto.create.topics.enable=false, started
+                     by this xdist worker on first use and shared by its
+                     tests (names only, like kafka_cluster): a producer's
+                     missing topic stays missing until the test creates it
   unique_topic       unique_topic("suffix") -> a topic (and group) name no
                      other test of the run uses
 
@@ -70,6 +75,21 @@ def kafka_cluster():
 @pytest.fixture(scope="session")
 def kafka_single():
     yield from _shared("OUTBOX_TEST_KAFKA_SINGLE_BOOTSTRAP", 1)
+
+
+@pytest.fixture(scope="session")
+def kafka_no_autocreate():
+    reason = os.environ.get("OUTBOX_TEST_KAFKA_UNAVAILABLE")
+    if reason:
+        _unavailable(reason)
+    try:
+        cluster = KafkaCluster(nodes=1, broker_settings={"auto.create.topics.enable": "false"})
+    except KafkaUnavailable as e:
+        _unavailable(str(e))
+    try:
+        yield RemoteKafka(cluster.bootstrap, replication=cluster.replication)
+    finally:
+        cluster.cleanup()
 
 
 @pytest.fixture

@@ -139,6 +139,17 @@ static void test_kafka_verdicts(void)
     CHECK_EQ_INT(check_record_fits(1000, 1000 + CHECK_RECORD_OVERHEAD), CHECK_PASS);
     CHECK_EQ_INT(check_record_fits(1001, 1000 + CHECK_RECORD_OVERHEAD), CHECK_FAIL);
     CHECK_EQ_INT(check_record_fits(0, 1000000), CHECK_PASS);
+
+    /* acks=all through the loss of one broker: RF 3 and min ISR 2 */
+    CHECK_EQ_INT(check_classify_replication(3, 2), CHECK_PASS);
+    CHECK_EQ_INT(check_classify_replication(5, 3), CHECK_PASS);
+    CHECK_EQ_INT(check_classify_replication(3, 1), CHECK_WARN); /* acked on one broker */
+    CHECK_EQ_INT(check_classify_replication(3, 3), CHECK_PASS); /* durable; one down stops writes */
+    CHECK_EQ_INT(check_classify_replication(2, 2), CHECK_WARN);
+    CHECK_EQ_INT(check_classify_replication(2, 1), CHECK_WARN);
+    CHECK_EQ_INT(check_classify_replication(1, 1), CHECK_WARN); /* a single broker */
+    CHECK_EQ_INT(check_classify_replication(1, 2), CHECK_FAIL); /* never enough replicas */
+    CHECK_EQ_INT(check_classify_replication(3, 4), CHECK_FAIL);
 }
 
 /* What check measures is what the relayer sends: a bytea's bytes (not its
