@@ -243,7 +243,7 @@ SHARED_BATCH = (
     "of them, which may be an innocent event). Those events never reach their topic.")
 
 
-@pytest.mark.xfail(reason=SHARED_BATCH, strict=False)
+@pytest.mark.xfail(reason=SHARED_BATCH, strict=True)  # a fix shows as XPASS
 def test_dead_letter_takes_only_the_oversized_event_of_a_batch(kafka_cluster, pg, relayer,
                                                                unique_topic):
     """One transaction: 20 small events, the oversized one, 20 small ones,
