@@ -56,12 +56,17 @@ def _shared(env, nodes):
     if bootstrap:
         yield RemoteKafka(bootstrap, replication=min(3, nodes))
         return
+    yield from _own(nodes=nodes)
+
+
+def _own(**cluster_kw):
+    """A cluster of this process, seen without process control (as one from
+    run.sh is); skipped with the reason when Kafka cannot be had."""
     try:
-        cluster = KafkaCluster(nodes=nodes)
+        cluster = KafkaCluster(**cluster_kw)
     except KafkaUnavailable as e:
         _unavailable(str(e))
     try:
-        # The tests get a view without process control, as from run.sh.
         yield RemoteKafka(cluster.bootstrap, replication=cluster.replication)
     finally:
         cluster.cleanup()
@@ -82,14 +87,7 @@ def kafka_no_autocreate():
     reason = os.environ.get("OUTBOX_TEST_KAFKA_UNAVAILABLE")
     if reason:
         _unavailable(reason)
-    try:
-        cluster = KafkaCluster(nodes=1, broker_settings={"auto.create.topics.enable": "false"})
-    except KafkaUnavailable as e:
-        _unavailable(str(e))
-    try:
-        yield RemoteKafka(cluster.bootstrap, replication=cluster.replication)
-    finally:
-        cluster.cleanup()
+    yield from _own(nodes=1, broker_settings={"auto.create.topics.enable": "false"})
 
 
 @pytest.fixture

@@ -65,9 +65,10 @@ def prepare(pg):
     return aggs
 
 
-def start_relayer(relayer, pg, bootstrap, topic):
-    """build/outbox-relay with its defaults, streaming (its own slot)."""
-    r = relayer("--dsn", pg.dsn(), "--brokers", bootstrap, "--topic", topic)
+def start_relayer(relayer, pg, bootstrap, topic, *extra):
+    """build/outbox-relay with its defaults, --topic and `extra`, once its
+    slot is active."""
+    r = relayer("--dsn", pg.dsn(), "--brokers", bootstrap, "--topic", topic, *extra)
 
     def streaming():
         if not r.running():

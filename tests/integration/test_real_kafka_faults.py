@@ -55,23 +55,11 @@ from test_check import HEALTHY, expect, insert_event, run_check
 from test_kafka_errors import metric
 from test_poison import Outbox, assert_halted_on
 from test_real_kafka import MIN_ISR, SLOT, Load, finish, prepare, wait_confirmed
+from test_real_kafka import start_relayer as start
 
 LIMIT = 10000                                  # the topic's max.message.bytes
 BIG_PAYLOAD = '{"blob": "%s"}' % ("x" * 20000)  # over LIMIT, far under the producer's 1000000
 WAITING = 'outbox_relay_delivery_waiting{reason="topic_missing"}'
-
-
-def start(relayer, pg, bootstrap, topic, *extra):
-    """build/outbox-relay with its defaults, --topic and `extra`, once
-    its slot is active."""
-    r = relayer("--dsn", pg.dsn(), "--brokers", bootstrap, "--topic", topic, *extra)
-
-    def streaming():
-        if not r.running():
-            raise AssertionError("relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail()))
-        return bool((pg.slot_info(SLOT) or {}).get("active"))
-    wait_until(streaming, 60, interval=0.2, message="the relayer to stream")
-    return r
 
 
 def topic_exists(bootstrap, topic):
