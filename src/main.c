@@ -61,6 +61,7 @@ static int cmd_run(struct relay_config *cfg, volatile sig_atomic_t *stop, bool *
                  metrics_http_port(http));
     }
     for (;;) {
+        code = 2; /* what a relay or thread that cannot start means, on every round */
         relay = relay_new(cfg, stop, metrics, err, sizeof err);
         if (relay == NULL) {
             log_error("%s", err);
@@ -86,8 +87,6 @@ static int cmd_run(struct relay_config *cfg, volatile sig_atomic_t *stop, bool *
         relay_free(relay);
         relay = NULL;
     }
-    if (code == RELAY_SWITCH_PLUGIN)
-        code = 1; /* cannot happen: an explicit --plugin never switches */
 
 out:
     /* The maintenance thread and the HTTP server borrow metrics and cfg:
