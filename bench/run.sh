@@ -319,7 +319,10 @@ PG_SETTINGS=(
 )
 # As docs/operations.md says: since the November 2026 minors wal2json must
 # be named in output_plugin_libraries (the bench runs both plugins).
-if "$PG_BIN/postgres" --describe-config 2>/dev/null | grep -q '^output_plugin_libraries'; then
+# Read the whole list before matching: with pipefail, grep -q closing the
+# pipe early kills postgres with SIGPIPE and fails the test at random.
+pg_params=$("$PG_BIN/postgres" --describe-config 2>/dev/null) || die "postgres --describe-config failed"
+if grep -q '^output_plugin_libraries' <<<"$pg_params"; then
     PG_SETTINGS+=("output_plugin_libraries=pgoutput,test_decoding,wal2json")
 fi
 pg_start() {
@@ -557,7 +560,7 @@ pgbench_run() { # pgbench_run LOG EVENTS_PER_TX ARGS...: the producer transactio
         -D "events=$events" -j 2 "$@" "$DSN" >"$logf" 2>&1 ||
         die "pgbench failed: $(tail -5 "$logf")"; } 2>"$logf.time"
     PGB_CPU_S=$(tail -1 "$logf.time" | awk '{ print $1 + $2 }')
-    PGB_TPS=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$logf" | head -1)
+    PGB_TPS=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p;T;q' "$logf")
     PGB_TX=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$logf")
     PGB_LAT=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$logf")
 }
@@ -1343,7 +1346,7 @@ describe() {
     echo "Run: \`bash bench/run.sh$([ "$QUICK" = 1 ] && echo " --quick")\`, $STARTED, outbox-relay $rev" \
          "$([ ${#RELAY_EXTRA[@]} -gt 0 ] && echo "with ${RELAY_EXTRA[*]}")"
     echo
-    echo "Machine: $NCPU vCPU ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1))," \
+    echo "Machine: $NCPU vCPU ($(sed -n 's/^model name[[:space:]]*: //p;T;q' /proc/cpuinfo))," \
          "$(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r);" \
          "$("$PG_BIN/postgres" --version | sed 's/^postgres (PostgreSQL) /PostgreSQL /')," \
          "wal2json $(dpkg-query -W -f '${Version}' postgresql-15-wal2json 2>/dev/null)," \
