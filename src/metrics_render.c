@@ -195,8 +195,8 @@ static void render_work(struct buf *b, const struct metrics *m)
     static const char *const help[] = {
         "1 while it runs, 0 once it ended (the other series keep its final numbers).",
         "rows done so far (backfill: delivered; reaper: deleted).",
-        "rows expected at the start: a count, or the planner's estimate on a large table "
-        "(rows done may pass it).",
+        ("rows expected at the start: a count, or the planner's estimate on a large table "
+         "(rows done may pass it)."),
         "rows per second over the last 20 s (once ended: over the whole work).",
         "time left at the current rate."};
     for (int w = 0; w < METRICS_WORKS; w++) {
