@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "outbox_relay/w2j.h"
+#include "outbox_relay/decode/w2j.h"
 
 #ifndef FIXTURES_DIR
 #define FIXTURES_DIR "tests/fixtures"
@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     long iterations = argc > 2 ? atol(argv[2]) : 2000000;
     int runs = argc > 3 ? atoi(argv[3]) : 5;
     char line[65536], err[W2J_ERRLEN];
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     struct outbox_event ev;
     volatile size_t sink = 0;
     double rates[64];
@@ -67,7 +67,7 @@ int main(int argc, char **argv)
         len--;
 
     if (w2j_parse(line, len, &rec, err, sizeof err) < 0 ||
-        w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err) < 0) {
+        w2j_event_decode(&rec, &OUTBOX_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", path, err);
         return 1;
     }
@@ -78,7 +78,7 @@ int main(int argc, char **argv)
         double t0 = now_s(CLOCK_THREAD_CPUTIME_ID), w0 = now_s(CLOCK_MONOTONIC);
         for (long i = 0; i < iterations; i++) {
             if (w2j_parse(line, len, &rec, err, sizeof err) < 0 ||
-                w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, &scratch, &ev, err,
+                w2j_event_decode(&rec, &OUTBOX_DEFAULT_COLUMNS, &scratch, &ev, err,
                                  sizeof err) < 0) {
                 fprintf(stderr, "failed: %s\n", err);
                 return 1;
@@ -93,6 +93,6 @@ int main(int argc, char **argv)
     }
     qsort(rates, (size_t) runs, sizeof rates[0], cmp_double);
     printf("median of %d runs: %.0f lines/s per CPU-second\n", runs, rates[runs / 2]);
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
     return sink == 0;
 }

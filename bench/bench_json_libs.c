@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "outbox_relay/w2j.h"
+#include "outbox_relay/decode/w2j.h"
 
 #ifdef HAVE_JANSSON
 #include <jansson.h>
@@ -57,7 +57,7 @@ static volatile size_t sink;
 /* ------------------------------------------------------------- ours */
 
 static struct w2j_record rec;
-static struct w2j_scratch scratch;
+static struct outbox_scratch scratch;
 
 static int ours(const char *line, size_t len, struct out *o)
 {
@@ -74,7 +74,7 @@ static int ours(const char *line, size_t len, struct out *o)
         return 0; /* another table: not an event */
     if (rec.action != 'I' && rec.action != 'M')
         return 0;
-    if (w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err) < 0) {
+    if (w2j_event_decode(&rec, &OUTBOX_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err) < 0) {
         o->action = 'E'; /* a bad event: the relayer stops on it */
         return 0;
     }
@@ -446,6 +446,6 @@ int main(int argc, char **argv)
     yajl_gen_free(ygen);
     free(ybuf);
 #endif
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
     return 0;
 }

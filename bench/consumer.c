@@ -31,7 +31,7 @@
 #include <time.h>
 
 #include "latency.h"
-#include "outbox_relay/w2j.h"
+#include "outbox_relay/decode/w2j.h"
 
 static int header_id(const rd_kafka_message_t *m, int64_t *id)
 {

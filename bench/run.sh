@@ -374,10 +374,10 @@ drop_slot() {
 }
 
 # The relayer's wal2json options, exactly as stream_build_start_command()
-# (src/stream.c) sends them.
+# (src/pg/stream.c) sends them.
 W2J_OPTS=(-o format-version=2 -o include-timestamp=1 -o include-types=0
           -o add-tables=public.events_outbox -o actions=insert -o add-msg-prefixes=outbox)
-# The relayer's pgoutput options (src/decoder_pgoutput.c); the publication
+# The relayer's pgoutput options (src/decode/decoder_pgoutput.c); the publication
 # is sql/008_publication.sql's, loaded with the schema before any slot.
 PGO_OPTS=(-o proto_version=1 -o publication_names=outbox_relay -o messages=true)
 recvlogical() { # recvlogical SLOT ENDPOS OUTFILE [PLUGIN]

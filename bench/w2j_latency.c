@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "latency.h"
-#include "outbox_relay/metrics.h"
-#include "outbox_relay/w2j.h"
+#include "outbox_relay/core/metrics.h"
+#include "outbox_relay/decode/w2j.h"
 
 int main(void)
 {

@@ -13,7 +13,7 @@
 -- that holds the row (public.events_outbox_2026_11), not the parent's. The
 -- relayer notices that --table is partitioned, asks the server for every
 -- table of its schema and relays the INSERTs of the tables that were leaf
--- partitions of the outbox when the row was written (src/partition.c).
+-- partitions of the outbox when the row was written (src/pg/partition.c).
 -- Detach, rename or drop a partition only once the slot has confirmed past
 -- its last write: a relayer that later meets rows of a table the catalog no
 -- longer places in the outbox stops rather than guess (docs/failure-modes.md,
@@ -31,7 +31,7 @@
 --   * the primary key must contain the partition key: (id, created_at).
 --     id stays unique in practice (one sequence for all partitions).
 --
--- What the reaper does with it (see include/outbox_relay/reaper.h): a
+-- What the reaper does with it (see include/outbox_relay/ops/reaper.h): a
 -- partition whose upper bound is at or before now() - retention is locked
 -- ACCESS EXCLUSIVE, then the reaper waits until the slot has confirmed
 -- everything committed before that moment, then drops it. Rows therefore

@@ -10,7 +10,7 @@
 --     DELETE FROM public.outbox_relay_partition_guard;
 --
 -- Why: the relayer decides whether a table's rows belong to the outbox as
--- of when they were written (src/partition.c). A partition DETACHed,
+-- of when they were written (src/pg/partition.c). A partition DETACHed,
 -- RENAMEd or DROPped while it holds rows the relayer has not decoded yet
 -- (relayer stopped or behind), or a table written standalone and then
 -- ATTACHed before the relayer got to those writes, leaves it unable to tell,
@@ -20,7 +20,7 @@
 -- within wait_seconds. The relayer's own check stays: the guard only makes
 -- the stop rarer.
 --
--- The rule is the reaper's (include/outbox_relay/reaper.h), run at
+-- The rule is the reaper's (include/outbox_relay/ops/reaper.h), run at
 -- ddl_command_start, before the command itself touches the catalogs:
 --   1. the tables the command names are found: leaf partitions of the
 --      outbox, and tables of the outbox's schema that have its columns (an
@@ -58,11 +58,11 @@ GRANT SELECT ON public.outbox_relay_partition_guard TO PUBLIC;
 -- named, and W0. No insert into those tables can commit between W0 and the
 -- command's commit (step 2's locks), so a row of such a table decoded past
 -- W0 was written after the command: the relayer takes the catalog as it is
--- now for it instead of stopping (src/partition.c). A handful of rows per
+-- now for it instead of stopping (src/pg/partition.c). A handful of rows per
 -- DDL; older than two billion transactions they are ignored. It lives in a
 -- schema of its own: a row it writes in the outbox's schema would make the
 -- DDL's transaction look like one with rows to the relayer, which then
--- keeps its cached "is a partition" answers (src/partition.c).
+-- keeps its cached "is a partition" answers (src/pg/partition.c).
 CREATE SCHEMA IF NOT EXISTS outbox_relay_guard;
 GRANT USAGE ON SCHEMA outbox_relay_guard TO PUBLIC;
 CREATE TABLE IF NOT EXISTS outbox_relay_guard.log (

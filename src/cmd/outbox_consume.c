@@ -15,10 +15,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "outbox_relay/consume_config.h"
-#include "outbox_relay/consumer.h"
-#include "outbox_relay/log.h"
-#include "outbox_relay/signals.h"
+#include "outbox_relay/consume/consume_config.h"
+#include "outbox_relay/consume/consumer.h"
+#include "outbox_relay/base/log.h"
+#include "outbox_relay/base/signals.h"
 
 extern char **environ;
 

@@ -18,7 +18,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "outbox_relay/log.h"
+#include "outbox_relay/base/log.h"
 
 #define SAVEPOINT_SQL "SAVEPOINT outbox_consume_msg"
 #define RELEASE_SQL "RELEASE SAVEPOINT outbox_consume_msg"

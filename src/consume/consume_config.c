@@ -4,8 +4,8 @@
  * (options.c), which also holds the secret rules and the DSN and topic-
  * character checks both programs apply. Nothing of the relayer's config.
  */
-#include "outbox_relay/consume_config.h"
-#include "outbox_relay/options.h"
+#include "outbox_relay/consume/consume_config.h"
+#include "outbox_relay/base/options.h"
 
 #include <ctype.h>
 #include <stdbool.h>

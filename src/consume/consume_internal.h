@@ -1,6 +1,6 @@
 /*
  * consume_internal.h — what the consumer's three files share, and nothing
- * the library's users see (their header is include/outbox_relay/consumer.h).
+ * the library's users see (their header is include/outbox_relay/consume/consumer.h).
  *
  *   consumer.c       the loop, the Kafka callbacks (errors, rebalances) and
  *                    the lifecycle: consumer_new/run/free
@@ -33,9 +33,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "outbox_relay/clock.h"
-#include "outbox_relay/consumer.h"
-#include "outbox_relay/pg_watchdog.h"
+#include "outbox_relay/base/clock.h"
+#include "outbox_relay/consume/consumer.h"
+#include "outbox_relay/pg/pg_watchdog.h"
 
 /* What processed_events.event_id can hold (consume_ids.c). */
 enum consume_idkind {

@@ -11,8 +11,8 @@
 
 #include <string.h>
 
-#include "outbox_relay/log.h"
-#include "outbox_relay/pgconn.h"
+#include "outbox_relay/base/log.h"
+#include "outbox_relay/pg/pgconn.h"
 
 int consumer_failure_from_result(struct consumer_failure *why, const PGresult *res,
                                  const PGconn *conn)

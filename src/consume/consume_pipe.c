@@ -43,7 +43,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "outbox_relay/log.h"
+#include "outbox_relay/base/log.h"
 
 #define PIPE_CHUNK 500 /* apply statements per Sync; the optimistic form's limit */
 

@@ -31,8 +31,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "outbox_relay/kafka_conf.h"
-#include "outbox_relay/log.h"
+#include "outbox_relay/kafka/kafka_conf.h"
+#include "outbox_relay/base/log.h"
 
 #define POLL_MS 100           /* longest wait in one poll: how fast a stop is seen */
 #define KAFKA_ERR_LOG_GAP 10.0 /* s between two log lines of the same Kafka error */

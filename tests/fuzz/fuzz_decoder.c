@@ -30,11 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/w2j.h"
-#include "outbox_relay/lsn.h"
+#include "outbox_relay/decode/w2j.h"
+#include "outbox_relay/base/lsn.h"
 
 static struct w2j_record rec;
-static struct w2j_scratch scratch;
+static struct outbox_scratch scratch;
 
 static void check_span(const char *p, size_t n, const char *base, size_t size)
 {
@@ -112,7 +112,7 @@ static void check_event(const struct outbox_event *ev, const char *line, size_t 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const struct w2j_columns_map custom = {.id = "k", .aggregate_id = "a", .type = "t",
+    static const struct outbox_columns_map custom = {.id = "k", .aggregate_id = "a", .type = "t",
                                                   .payload = "p"};
     char *line = malloc(size ? size : 1);
     char err[W2J_ERRLEN];
@@ -138,7 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_text(&rec.columns[i].text, &rec.columns[i].value);
         }
         check_text(&rec.content_text, &rec.content);
-        if (w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err) == 0)
+        if (w2j_event_decode(&rec, &OUTBOX_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err) == 0)
             check_event(&ev, line, size);
         else if (err[0] == '\0')
             abort();

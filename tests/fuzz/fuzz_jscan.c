@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/jscan.h"
+#include "outbox_relay/decode/jscan.h"
 
 #define GUARD 32
 

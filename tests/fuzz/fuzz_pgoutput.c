@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/decoder.h"
-#include "outbox_relay/outbox_event.h"
-#include "outbox_relay/pgoutput.h"
+#include "outbox_relay/decode/decoder.h"
+#include "outbox_relay/decode/outbox_event.h"
+#include "outbox_relay/decode/pgoutput.h"
 
 static bool in(const char *p, size_t n, const char *base, size_t size)
 {

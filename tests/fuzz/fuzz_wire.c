@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/wire.h"
+#include "outbox_relay/decode/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -157,7 +157,7 @@ def streaming(pg, sup, timeout):
 @pytest.mark.parametrize("kill3", [
     "outside-confirmed",
     # Was a wrong stop (WRONG_STOP below) until sql/007's guard logged the
-    # DETACH's transaction and W0 for the relayer's lookup (src/partition.c).
+    # DETACH's transaction and W0 for the relayer's lookup (src/pg/partition.c).
     "outside-unconfirmed",
 ])
 def test_chaos_partitioned(pg, broker, relayer, kill3):

@@ -142,7 +142,7 @@ def test_supervisor_restart_after_slot_drop_loses_nothing(pg, broker, kafka, rel
     assert marker.id in got, r2.log_tail()
     assert gap.id in got, (
         "BUG: after the slot was dropped, a plain restart created a new slot and silently "
-        "skipped event %d committed in between (src/stream.c stream_start creates a missing "
+        "skipped event %d committed in between (src/pg/stream.c stream_start creates a missing "
         "slot whenever create_slot is set, which relay.c:213 sets for every fresh process); "
         "log:\n%s"
         % (gap.id, r2.log_tail()))

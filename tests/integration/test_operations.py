@@ -30,7 +30,7 @@ from harness import wait_until
 
 SLOT = "outbox_relay"
 TOPIC = "order"          # the default topic template "{prefix}" of type order.*
-CONFIRM_WAIT = 30        # REAPER_CONFIRM_WAIT in include/outbox_relay/reaper.h
+CONFIRM_WAIT = 30        # REAPER_CONFIRM_WAIT in include/outbox_relay/ops/reaper.h
 
 
 # --------------------------------------------------------------------------

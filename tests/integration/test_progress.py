@@ -33,7 +33,7 @@ from test_operations import SLOT, TOPIC, cli, insert, outbox_ids, start_with_met
 import test_backfill
 
 EXPIRED = "8 days"   # past the default --retention of 7 days
-ROWCOUNT_MAX = 100000  # include/outbox_relay/rowcount.h: rows counted exactly
+ROWCOUNT_MAX = 100000  # include/outbox_relay/pg/rowcount.h: rows counted exactly
 REAP_ROWS = 600000   # batches of 5,000 every 0.1 s at most (the defaults): 12 s or more
 
 _LINE = re.compile(r"(?P<what>backfill|reaper): (?P<done>[\d,]+) (?:of (?P<about>about )?"
@@ -188,7 +188,7 @@ def test_daemon_reaper_gauges(pg, broker, kafka, relayer, relay_args):
 
 
 def human_bytes(n):
-    """human_bytes() of src/human.c, for the check."""
+    """human_bytes() of src/base/human.c, for the check."""
     if abs(n) < 1024:
         return "%d B" % n
     v, units = abs(n) / 1024.0, ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]

@@ -25,7 +25,7 @@ from harness import wait_until
 from test_operations import SLOT, TOPIC, CONFIRM_WAIT, cli, outbox_ids, start_with_metrics, \
     metric, wait_metric, scrape, load_partitioned_layout, partitions
 
-MARK_INTERVAL = 10       # MAINT_MARK_INTERVAL in include/outbox_relay/maint.h
+MARK_INTERVAL = 10       # MAINT_MARK_INTERVAL in include/outbox_relay/ops/maint.h
 EXPIRED = "8 days"       # past the default --retention of 7 days
 
 

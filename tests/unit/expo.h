@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/metrics.h"
+#include "outbox_relay/core/metrics.h"
 
 /* ---------------------------------------------------------------------
  * A validator of the exposition format

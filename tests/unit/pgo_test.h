@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/lsn.h"
+#include "outbox_relay/base/lsn.h"
 
 struct pgo_frame {
     lsn_t wal_start;

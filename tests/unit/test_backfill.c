@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/backfill.h"
+#include "outbox_relay/relay/backfill.h"
 
 static void test_states(void)
 {

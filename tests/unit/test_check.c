@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/check.h"
-#include "outbox_relay/config.h"
-#include "outbox_relay/publication.h"
+#include "outbox_relay/ops/check.h"
+#include "outbox_relay/config/config.h"
+#include "outbox_relay/pg/publication.h"
 
 /* What fn printed for report r. Caller frees. */
 static char *printed(void (*fn)(const struct check_report *, FILE *),
@@ -166,7 +166,7 @@ static void test_payload_measure(void)
     }
     CHECK(check_payload_size_sql("payload", "bytea", buf, 8) == -1);
 
-    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    struct outbox_columns_map m = OUTBOX_DEFAULT_COLUMNS;
     for (int c = 0; c < CHECK_NCOLUMNS; c++)
         CHECK(strcmp(check_mapped_column(&m, (enum check_column) c),
                      check_column_name((enum check_column) c)) == 0);

@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "outbox_relay/clock.h"
+#include "outbox_relay/base/clock.h"
 
 static void test_mono_now(void)
 {

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "outbox_relay/config.h"
-#include "outbox_relay/event_headers.h"
-#include "outbox_relay/topic.h"
+#include "outbox_relay/config/config.h"
+#include "outbox_relay/kafka/event_headers.h"
+#include "outbox_relay/kafka/topic.h"
 
 static enum config_result load(struct relay_config *cfg, char **envp, char *err, int argc, ...)
 {

@@ -4,12 +4,12 @@
  * poison reports (copies, order, clear) and the record (headers, a payload
  * too big for message.max.bytes left out).
  */
-#include "outbox_relay/deadletter.h"
+#include "outbox_relay/kafka/deadletter.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/sink.h"
+#include "outbox_relay/kafka/sink.h"
 
 #include "check.h"
 

@@ -11,9 +11,9 @@
 #include "check.h"
 #include "pgo_test.h"
 
-#include "outbox_relay/decoder.h"
-#include "outbox_relay/outbox_event.h"
-#include "outbox_relay/partition.h"
+#include "outbox_relay/decode/decoder.h"
+#include "outbox_relay/decode/outbox_event.h"
+#include "outbox_relay/pg/partition.h"
 
 struct copy {
     int ok;
@@ -368,7 +368,7 @@ static void test_layouts(void)
     static const char *const names2[] = {"payload", "type", "traceparent", "aggregateid",
                                          "aggregatetype", "id"};
     static const uint32_t oids2[] = {17, 1043, 25, 1043, 1043, 2950};
-    struct w2j_columns_map map = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
+    struct outbox_columns_map map = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
                                   .payload = "payload", .id_kind = OUTBOX_ID_TEXT};
     CHECK_EQ_INT(outbox_columns_add_extra(&map, "aggregatetype", NULL), 0);
     CHECK_EQ_INT(outbox_columns_add_extra(&map, "traceparent", "traceparent"), 1);

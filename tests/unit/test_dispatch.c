@@ -13,15 +13,15 @@
  * produce, a full window, partition membership yes/no/unknown, undecodable
  * frames, and the first fatal cause kept.
  */
-#include "outbox_relay/dispatch.h"
+#include "outbox_relay/core/dispatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/partition.h"
-#include "outbox_relay/tracker.h"
-#include "outbox_relay/w2j.h"
+#include "outbox_relay/pg/partition.h"
+#include "outbox_relay/core/tracker.h"
+#include "outbox_relay/decode/w2j.h"
 
 #include "check.h"
 

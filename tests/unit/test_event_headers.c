@@ -2,7 +2,7 @@
  * test_event_headers.c — the Kafka headers of an event (event_headers.h):
  * ours, Debezium's id, columns as headers (a NULL column adds none).
  */
-#include "outbox_relay/event_headers.h"
+#include "outbox_relay/kafka/event_headers.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -40,7 +40,7 @@ static void test_plain(void)
     CHECK_EQ_INT(event_headers_build(&o, &ev, &h), 3);
     CHECK(value_is(&h, "created_at", "2026-12-02 03:00:00+00"));
 
-    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    struct outbox_columns_map m = OUTBOX_DEFAULT_COLUMNS;
     outbox_columns_add_extra(&m, "aggregatetype", NULL);       /* topic only */
     outbox_columns_add_extra(&m, "tenant_id", "x-tenant");
     outbox_columns_add_extra(&m, "traceparent", "traceparent");
@@ -68,7 +68,7 @@ static void test_cloudevents(void)
 {
     struct outbox_event ev;
     struct event_headers h;
-    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    struct outbox_columns_map m = OUTBOX_DEFAULT_COLUMNS;
     outbox_columns_add_extra(&m, "traceparent", "traceparent");
     struct event_headers_options o = {.map = &m, .id_header = "id",
                                       .envelope = EVENT_ENVELOPE_CLOUDEVENTS,

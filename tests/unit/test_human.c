@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/human.h"
+#include "outbox_relay/base/human.h"
 
 static void test_count(void)
 {

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/jscan.h"
+#include "outbox_relay/decode/jscan.h"
 
 static char *exact_copy(const char *p, size_t n)
 {

@@ -7,7 +7,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "check.h"
-#include "outbox_relay/kafka_errors.h"
+#include "outbox_relay/kafka/kafka_errors.h"
 
 int main(void)
 {

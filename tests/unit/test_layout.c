@@ -3,7 +3,7 @@
  * (layout_apply, layout.h): the types it reads, the columns it refuses and
  * how it names them, the trace context columns it picks up.
  */
-#include "outbox_relay/layout.h"
+#include "outbox_relay/pg/layout.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -24,20 +24,20 @@ static const struct layout_column DEBEZIUM[] = {
 static void test_apply(void)
 {
     char err[512];
-    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    struct outbox_columns_map m = OUTBOX_DEFAULT_COLUMNS;
     CHECK_EQ_INT(layout_apply(&m, OURS, N(OURS), "public.events_outbox", err, sizeof err), 0);
     CHECK_EQ_INT(m.id_kind, OUTBOX_ID_INTEGER);
     CHECK(!m.payload_bytea);
     CHECK_EQ_INT(m.nextra, 0);
 
     /* our layout on Debezium's table: the first missing column, its option */
-    m = W2J_DEFAULT_COLUMNS;
+    m = OUTBOX_DEFAULT_COLUMNS;
     CHECK_EQ_INT(layout_apply(&m, DEBEZIUM, N(DEBEZIUM), "public.outbox", err, sizeof err), -1);
     CHECK(strstr(err, "public.outbox has no column \"aggregate_id\" (--column-key)") != NULL);
     CHECK(strstr(err, "--layout") != NULL);
 
     /* Debezium's names: a uuid id, a bytea payload, the trace headers */
-    struct w2j_columns_map d = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
+    struct outbox_columns_map d = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
                                 .payload = "payload"};
     CHECK_EQ_INT(outbox_columns_add_extra(&d, "aggregatetype", NULL), 0);
     CHECK_EQ_INT(layout_apply(&d, DEBEZIUM, N(DEBEZIUM), "public.outbox", err, sizeof err), 0);
@@ -63,7 +63,7 @@ static void test_apply(void)
     static const struct layout_column bad_id[] = {
         {"id", "jsonb"}, {"aggregate_id", "text"}, {"type", "text"}, {"payload", "jsonb"},
         {"created_at", "timestamp with time zone"}};
-    m = W2J_DEFAULT_COLUMNS;
+    m = OUTBOX_DEFAULT_COLUMNS;
     CHECK_EQ_INT(layout_apply(&m, bad_id, N(bad_id), "s.t", err, sizeof err), -1);
     CHECK(strstr(err, "id column \"id\" (--column-id) is of type jsonb") != NULL);
     static const struct layout_column bad_payload[] = {

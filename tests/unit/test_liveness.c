@@ -4,7 +4,7 @@
  * whole, a frame resetting both, 0 turning it off, and the due times a poll
  * loop would sleep for.
  */
-#include "outbox_relay/liveness.h"
+#include "outbox_relay/core/liveness.h"
 
 #include "check.h"
 

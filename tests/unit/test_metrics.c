@@ -6,8 +6,8 @@
  * to move as calls are made, the readiness rules, and concurrent writers
  * against a renderer. The HTTP endpoint is test_metrics_http.c.
  */
-#include "outbox_relay/metrics.h"
-#include "outbox_relay/progress.h"
+#include "outbox_relay/core/metrics.h"
+#include "outbox_relay/core/progress.h"
 
 #include <math.h>
 #include <pthread.h>

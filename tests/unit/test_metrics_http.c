@@ -3,7 +3,7 @@
  * loopback socket: bad and busy addresses, /metrics (valid exposition,
  * values that move), /healthz, /readyz, 404, 405, and a clean stop.
  */
-#include "outbox_relay/metrics_http.h"
+#include "outbox_relay/ops/metrics_http.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/options.h"
+#include "outbox_relay/base/options.h"
 
 struct toy {
     char *name;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/outbox_catalog.h"
+#include "outbox_relay/pg/outbox_catalog.h"
 
 int main(void)
 {

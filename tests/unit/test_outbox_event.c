@@ -6,7 +6,7 @@
  */
 #include "w2j_test.h"
 
-#include "outbox_relay/outbox_event.h"
+#include "outbox_relay/decode/outbox_event.h"
 
 /* ------------------------------------------------------------ timestamps */
 
@@ -180,7 +180,7 @@ static void test_ids(void)
 /* ------------------------------------------------------------- envelope */
 
 /* Decodes env (copied to exactly its size) with a scratch of room bytes. */
-static int envelope(const char *env, size_t room, struct w2j_scratch *s, struct outbox_event *ev,
+static int envelope(const char *env, size_t room, struct outbox_scratch *s, struct outbox_event *ev,
                     char **copy)
 {
     size_t n = strlen(env);
@@ -195,7 +195,7 @@ static int envelope(const char *env, size_t room, struct w2j_scratch *s, struct 
 
 static void test_envelope(void)
 {
-    struct w2j_scratch s = {0};
+    struct outbox_scratch s = {0};
     struct outbox_event ev;
     char *c = NULL;
 
@@ -263,17 +263,17 @@ static void test_envelope(void)
     const char *esc = "{\"type\":\"\\u00e9t\\u00e9\"}";
     CHECK_EQ_INT(envelope(esc, 0, &s, &ev, &c), 0); /* the scratch keeps its capacity */
     CHECK_SPAN(ev.type, ev.type_len, "\xc3\xa9t\xc3\xa9");
-    struct w2j_scratch none = {0};
+    struct outbox_scratch none = {0};
     outbox_event_reset(&ev, 1);
     CHECK_EQ_INT(outbox_event_from_envelope(c, strlen(esc), &none, &ev, err, sizeof err), -1);
     CHECK(err_has("no room"));
     free(c);
-    w2j_scratch_free(&s);
+    outbox_scratch_free(&s);
 }
 
 static void test_scratch(void)
 {
-    struct w2j_scratch s = {0};
+    struct outbox_scratch s = {0};
 
     CHECK_EQ_INT(outbox_scratch_reserve(&s, 0), 0);
     CHECK(s.len == 0);
@@ -286,9 +286,9 @@ static void test_scratch(void)
     CHECK_EQ_INT(outbox_scratch_reserve(&s, 5), 0);
     CHECK(s.cap == cap); /* never shrinks */
     /* (out of memory is not tested: a sanitizer build aborts on it) */
-    w2j_scratch_free(&s);
+    outbox_scratch_free(&s);
     CHECK(s.buf == NULL && s.cap == 0 && s.len == 0);
-    w2j_scratch_free(&s); /* twice is harmless */
+    outbox_scratch_free(&s); /* twice is harmless */
 }
 
 static void test_bytea_and_extras(void)
@@ -318,7 +318,7 @@ static void test_bytea_and_extras(void)
     CHECK_EQ_INT(outbox_event_set_text_id(&ev, "a\nb", 3), -1);
     CHECK(strcmp(ev.event_id, "0e4b1f0c-8f5e-4c53-9c1d-6a1d2f3e4a5b") == 0); /* unchanged */
 
-    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    struct outbox_columns_map m = OUTBOX_DEFAULT_COLUMNS;
     CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", NULL), 0);
     CHECK_EQ_INT(outbox_columns_add_extra(&m, "tenant", "x-tenant"), 0); /* gets the header */
     CHECK(strcmp(m.extra[0].header, "x-tenant") == 0);

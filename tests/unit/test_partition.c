@@ -4,7 +4,7 @@
  * of delivered commits (ordering, reconnect replays, forgetting the
  * oldest), and the record shape test.
  */
-#include "outbox_relay/partition.h"
+#include "outbox_relay/pg/partition.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * nothing listens on (refused at once) and reads the options libpq used
  * back with PQconninfo; no server needed.
  */
-#include "outbox_relay/pgconn.h"
+#include "outbox_relay/pg/pgconn.h"
 
 #include <stdlib.h>
 #include <string.h>

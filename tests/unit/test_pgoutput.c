@@ -8,7 +8,7 @@
 #include "check.h"
 #include "pgo_test.h"
 
-#include "outbox_relay/pgoutput.h"
+#include "outbox_relay/decode/pgoutput.h"
 
 static size_t count_type(const struct pgo_frames *fr, char type)
 {

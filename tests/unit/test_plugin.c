@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/pgconn.h"
-#include "outbox_relay/plugin.h"
+#include "outbox_relay/pg/pgconn.h"
+#include "outbox_relay/pg/plugin.h"
 
 static const struct plugin_libs *known(const char *value)
 {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/progress.h"
+#include "outbox_relay/core/progress.h"
 
 #define CHECK_NEAR(a, b, eps) CHECK(fabs((double) (a) - (double) (b)) <= (eps))
 #define CHECK_HAS(s, sub)                                                       \

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/publication.h"
+#include "outbox_relay/pg/publication.h"
 
 static const char *problem(struct publication_state st, bool partitioned, char *buf, size_t cap)
 {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/reaper.h"
+#include "outbox_relay/ops/reaper.h"
 
 static void test_enabled(void)
 {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/report_judge.h"
+#include "outbox_relay/core/report_judge.h"
 
 static struct report_facts failed(void)
 {

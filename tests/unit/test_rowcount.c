@@ -4,7 +4,7 @@
  * by tests/integration/test_progress.py, both the exact count and the
  * estimate past ROWCOUNT_MAX).
  */
-#include "outbox_relay/rowcount.h"
+#include "outbox_relay/pg/rowcount.h"
 
 #include "check.h"
 

@@ -11,9 +11,9 @@
 #include <time.h>
 
 #include "check.h"
-#include "outbox_relay/clock.h"
-#include "outbox_relay/outbox_event.h"
-#include "outbox_relay/sink.h"
+#include "outbox_relay/base/clock.h"
+#include "outbox_relay/decode/outbox_event.h"
+#include "outbox_relay/kafka/sink.h"
 
 struct seen {
     int n;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/slot.h"
+#include "outbox_relay/pg/slot.h"
 
 static void test_create_command(void)
 {

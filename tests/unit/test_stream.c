@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/stream.h"
+#include "outbox_relay/pg/stream.h"
 
 int main(void)
 {

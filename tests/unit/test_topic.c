@@ -3,7 +3,7 @@
  * expansion) and the handle cache (lookup, an empty slot where a type
  * belongs, types of equal prefix, the cap, clearing with release).
  */
-#include "outbox_relay/topic.h"
+#include "outbox_relay/kafka/topic.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +83,7 @@ static void test_cache(void)
 static void test_columns(void)
 {
     char out[256], name[64], err[256];
-    struct w2j_columns_map m = W2J_DEFAULT_COLUMNS;
+    struct outbox_columns_map m = OUTBOX_DEFAULT_COLUMNS;
     struct outbox_event ev;
     outbox_event_reset(&ev, 0);
     ev.type = "OrderCreated";

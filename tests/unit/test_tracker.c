@@ -4,7 +4,7 @@
  * open, stale tokens after a reset, duplicate acks, and a randomized
  * comparison against a reference model of what may be confirmed.
  */
-#include "outbox_relay/tracker.h"
+#include "outbox_relay/core/tracker.h"
 
 #include <stdlib.h>
 

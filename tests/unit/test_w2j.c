@@ -13,7 +13,7 @@ static void test_golden(const char *jsonl, const char *expected)
     struct expect *exp;
     char *keep;
     size_t nexp = load_expected(expected, &exp, &keep);
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     size_t events = 0;
 
     if (!lines_load(&l, jsonl)) {
@@ -91,7 +91,7 @@ static void test_golden(const char *jsonl, const char *expected)
             if (x == NULL) {
                 fprintf(stderr, "  ^ %s: no expectation for %s\n", where, key);
             } else {
-                int drc = w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, &scratch, &ev, err,
+                int drc = w2j_event_decode(&rec, &OUTBOX_DEFAULT_COLUMNS, &scratch, &ev, err,
                                            sizeof err);
                 check_event(x, &rec, drc, &ev, where);
                 x->seen++;
@@ -106,7 +106,7 @@ static void test_golden(const char *jsonl, const char *expected)
             fprintf(stderr, "  ^ %s: %s seen %d times\n", expected, exp[k].key, exp[k].seen);
     }
     CHECK_EQ_INT(events, nexp);
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
     free(exp);
     free(keep);
     lines_free(&l);

@@ -9,7 +9,7 @@
 
 static void test_decode(void)
 {
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     struct outbox_event ev;
 
     /* the plain case, with escapes everywhere and columns in odd order */
@@ -117,7 +117,7 @@ static void test_decode(void)
     CHECK(err_has("action 'U'"));
 
     /* another table layout through the map; unmapped optional columns */
-    static const struct w2j_columns_map map = {.id = "event_id", .aggregate_id = "key",
+    static const struct outbox_columns_map map = {.id = "event_id", .aggregate_id = "key",
                                                .type = "kind", .payload = "body"};
     {
         const char *line = INSERT_HEAD "\"columns\":[{\"name\":\"event_id\",\"value\":5},"
@@ -133,17 +133,17 @@ static void test_decode(void)
         CHECK_SPAN(ev.payload, ev.payload_len, "[]");
         CHECK(ev.created_at == NULL);
         /* the default map finds no "id" in it */
-        CHECK_EQ_INT(w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err),
+        CHECK_EQ_INT(w2j_event_decode(&rec, &OUTBOX_DEFAULT_COLUMNS, &scratch, &ev, err, sizeof err),
                      -1);
         CHECK(err_has("missing column \"id\""));
     }
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
     CHECK(scratch.buf == NULL && scratch.cap == 0);
 }
 
 static void test_decode_message(void)
 {
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     struct outbox_event ev;
 
     CHECK_EQ_INT(parse_decode(MSG("{\\\"aggregate_id\\\":\\\"a\\\\u00e9\\\",\\\"type\\\":\\\"x.y\\\","
@@ -219,14 +219,14 @@ static void test_decode_message(void)
         if (depth == 64)
             CHECK(err_has("bad envelope: nesting deeper than 64"));
     }
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
 }
 
 /* Scratch growth: pointers handed out for one event stay valid, whatever
  * order the strings are unescaped in and however small the buffer was. */
 static void test_scratch_growth(void)
 {
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     struct outbox_event ev;
     size_t big = 300000, n = 0;
     char *line = malloc(big * 2 + 1024);
@@ -253,16 +253,16 @@ static void test_scratch_growth(void)
     CHECK(scratch.cap >= scratch.len);
     free(c);
     free(line);
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
 }
 
 /* Other layouts: Debezium's uuid id, a bytea payload (wal2json prints it
  * as bare hex), extra columns for headers and topics, text ids. */
 static void test_layouts(void)
 {
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     struct outbox_event ev;
-    struct w2j_columns_map dbz = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
+    struct outbox_columns_map dbz = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
                                   .payload = "payload", .id_kind = OUTBOX_ID_TEXT};
     CHECK_EQ_INT(outbox_columns_add_extra(&dbz, "aggregatetype", NULL), 0);
     CHECK_EQ_INT(outbox_columns_add_extra(&dbz, "traceparent", "traceparent"), 1);
@@ -331,7 +331,7 @@ static void test_layouts(void)
     CHECK(err_has("missing column \"tenant\""));
 
     /* text ids: up to 63 bytes, no control characters */
-    struct w2j_columns_map txt = W2J_DEFAULT_COLUMNS;
+    struct outbox_columns_map txt = OUTBOX_DEFAULT_COLUMNS;
     txt.id_kind = OUTBOX_ID_TEXT;
     static const struct {
         const char *id;
@@ -353,7 +353,7 @@ static void test_layouts(void)
         if (rc != ids[i].rc)
             fprintf(stderr, "  ^ id %s: %s\n", ids[i].id, err);
     }
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
 }
 
 /* Keys, headers and types as PostgreSQL's text output, whatever JSON type
@@ -362,7 +362,7 @@ static void test_layouts(void)
  * before ("is a number, not a string", "is an object or array"). */
 static void test_column_text(void)
 {
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     struct outbox_event ev;
     static const struct {
         const char *agg, *type, *want_agg, *want_type;
@@ -391,7 +391,7 @@ static void test_column_text(void)
     }
 
     /* headers: a boolean is "t"/"f", a number its literal, NULL none */
-    struct w2j_columns_map m = {.id = "id", .aggregate_id = "customer", .type = "kind",
+    struct outbox_columns_map m = {.id = "id", .aggregate_id = "customer", .type = "kind",
                                 .payload = "body", .created_at = "ts"};
     CHECK_EQ_INT(outbox_columns_add_extra(&m, "flag", "flag"), 0);
     CHECK_EQ_INT(outbox_columns_add_extra(&m, "amount", "amount"), 1);
@@ -418,7 +418,7 @@ static void test_column_text(void)
     static const char *const keys[] = {"id", "kind"};
     static const char *const want[] = {"3", "k\"q"};
     for (size_t i = 0; i < 2; i++) {
-        struct w2j_columns_map two = m;
+        struct outbox_columns_map two = m;
         two.aggregate_id = keys[i];
         CHECK_EQ_INT(w2j_event_decode(&rec, &two, &scratch, &ev, err, sizeof err), 0);
         CHECK(strcmp(ev.event_id, "3") == 0);
@@ -439,7 +439,7 @@ static void test_column_text(void)
     CHECK(err_has("column \"kind\" is NULL"));
     CHECK(strcmp(ev.event_id, "9") == 0);
     CHECK_SPAN(ev.aggregate_id, ev.aggregate_id_len, "c-\xc3\xa9");
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
 }
 
 int main(void)

@@ -103,7 +103,7 @@ static char *typical_with(const char *esc, size_t esc_len, bool last, size_t *le
     return line;
 }
 
-static const struct w2j_columns_map no_created_at = {
+static const struct outbox_columns_map no_created_at = {
     .id = "id", .aggregate_id = "aggregate_id", .type = "type", .payload = "payload"};
 
 /* The text the record holds for a value agrees with w2j_unescape(). */
@@ -138,7 +138,7 @@ static void check_column_text(const struct w2j_record *r, const struct w2j_colum
 static int typical_payload_text(const char *esc, size_t esc_len, bool last, const char *what,
                                 struct w2j_text *text)
 {
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     struct outbox_event ev;
     size_t len;
     char *line = typical_with(esc, esc_len, last, &len);
@@ -168,7 +168,7 @@ static int typical_payload_text(const char *esc, size_t esc_len, bool last, cons
     if (check_failures != before)
         fprintf(stderr, "  ^ payload %s (%zu bytes%s): %s\n", what, esc_len,
                 last ? ", last column" : "", rc ? err : "");
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
     free(want);
     free(line);
     return rc;
@@ -223,7 +223,7 @@ static void test_text_payloads(void)
 
     /* the empty string: a text of its own, not SQL NULL */
     {
-        struct w2j_scratch scratch = {0};
+        struct outbox_scratch scratch = {0};
         struct outbox_event ev;
         size_t len;
         char *line = typical_with("", 0, false, &len);
@@ -231,7 +231,7 @@ static void test_text_payloads(void)
         CHECK_EQ_INT(w2j_event_decode(&rec, NULL, &scratch, &ev, err, sizeof err), 0);
         CHECK(ev.payload != NULL && ev.payload_len == 0);
         free(line);
-        w2j_scratch_free(&scratch);
+        outbox_scratch_free(&scratch);
     }
 }
 
@@ -336,7 +336,7 @@ static void test_text_overflow(void)
  * record copied whole, "action" after "columns", an update's columns. */
 static void test_text_cases(void)
 {
-    struct w2j_scratch scratch = {0};
+    struct outbox_scratch scratch = {0};
     struct outbox_event ev;
     size_t len;
     char *line = typical_with("\\\"abc\\\"", 7, false, &len);
@@ -397,7 +397,7 @@ static void test_text_cases(void)
     CHECK(rec.content_text.src == rec.content.ptr && rec.content_text.raw == rec.content.len);
     CHECK_SPAN(ev.type, ev.type_len, "\xc3\xa9");
     CHECK_SPAN(ev.payload, ev.payload_len, "\"\\\"\"");
-    w2j_scratch_free(&scratch);
+    outbox_scratch_free(&scratch);
 }
 
 /* Every escaped value of every captured line: the record's text is the

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "outbox_relay/wake.h"
+#include "outbox_relay/base/wake.h"
 
 #define PRODUCERS 3
 #define ITEMS 5000

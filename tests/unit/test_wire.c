@@ -3,7 +3,7 @@
  * length, oversized keepalives, unknown kinds) and wire_build_status
  * against hand-computed big-endian bytes.
  */
-#include "outbox_relay/wire.h"
+#include "outbox_relay/decode/wire.h"
 
 #include <limits.h>
 #include <stdio.h>

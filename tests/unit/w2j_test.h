@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/w2j.h"
-#include "outbox_relay/lsn.h"
+#include "outbox_relay/decode/w2j.h"
+#include "outbox_relay/base/lsn.h"
 
 #ifndef FIXTURES_DIR
 #define FIXTURES_DIR "tests/fixtures"
@@ -121,12 +121,12 @@ static inline int parse_str(const char *s)
 }
 
 /* Parses s (kept alive by the caller) and decodes it. */
-static inline int parse_decode(const char *s, struct w2j_scratch *scratch,
+static inline int parse_decode(const char *s, struct outbox_scratch *scratch,
                                struct outbox_event *ev)
 {
     if (w2j_parse(s, strlen(s), &rec, err, sizeof err) < 0)
         return -2;
-    return w2j_event_decode(&rec, &W2J_DEFAULT_COLUMNS, scratch, ev, err, sizeof err);
+    return w2j_event_decode(&rec, &OUTBOX_DEFAULT_COLUMNS, scratch, ev, err, sizeof err);
 }
 
 static inline bool err_has(const char *what)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/consume_config.h"
+#include "outbox_relay/consume/consume_config.h"
 
 static enum config_result load(struct consume_config *cfg, char **envp, char *err, int argc, ...)
 {

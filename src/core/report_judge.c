@@ -1,0 +1,50 @@
+/*
+ * report_judge.c — a delivery report's verdict (see report_judge.h). Pure.
+ */
+#include "outbox_relay/core/report_judge.h"
+
+#include "outbox_relay/kafka/deadletter.h"
+
+enum report_verdict report_judge(const struct report_facts *f)
+{
+    if (f->delivered)
+        return REPORT_ACK;
+    /* A token no longer tracked: a backfill row of a run that was
+     * interrupted (the run now going sends it again), or a streamed event
+     * from before a rewind or reconnect (the server sends it again). */
+    if (!f->live)
+        return REPORT_STALE;
+    if (f->waits)
+        return f->backfill ? REPORT_BACKFILL_RETRY : REPORT_REWIND;
+    switch (deadletter_judge(f->dead_letter_policy, f->poison, f->rewinding,
+                             f->to_dead_letter_topic)) {
+    case DEADLETTER_SKIP:
+        return REPORT_SKIP;
+    case DEADLETTER_SEND:
+        return REPORT_DEAD_LETTER;
+    case DEADLETTER_HALT:
+        break;
+    }
+    return REPORT_HALT;
+}
+
+const char *report_verdict_name(enum report_verdict v)
+{
+    switch (v) {
+    case REPORT_ACK:
+        return "ack";
+    case REPORT_STALE:
+        return "stale";
+    case REPORT_BACKFILL_RETRY:
+        return "backfill-retry";
+    case REPORT_REWIND:
+        return "rewind";
+    case REPORT_SKIP:
+        return "skip";
+    case REPORT_DEAD_LETTER:
+        return "dead-letter";
+    case REPORT_HALT:
+        return "halt";
+    }
+    return "?";
+}

@@ -1,0 +1,69 @@
+/*
+ * decoder.c — the plugin-neutral half of decoder.h: calls through a
+ * decoder's ops. Each plugin is one file of its own (decoder_w2j.c, decoder_pgoutput.c).
+ */
+#include "outbox_relay/decode/decoder.h"
+
+#include "outbox_relay/pg/partition.h"
+
+void decoder_free(struct decoder *d)
+{
+    if (d != NULL)
+        d->ops->free(d);
+}
+
+const char *decoder_plugin(const struct decoder *d)
+{
+    return d->ops->plugin;
+}
+
+bool decoder_uses_publication(const struct decoder *d)
+{
+    return d->ops->publication;
+}
+
+bool decoder_names_root(const struct decoder *d)
+{
+    return d->ops->member == NULL;
+}
+
+const char *decoder_package(const struct decoder *d)
+{
+    return d->ops->package;
+}
+
+int decoder_start_options(const struct decoder *d, const struct decoder_slot *slot, char *buf,
+                          size_t cap)
+{
+    return d->ops->start_options(slot, buf, cap);
+}
+
+int decoder_decode(struct decoder *d, const char *data, size_t len, lsn_t wal_start,
+                   struct decoder_record *rec, char *err, size_t errlen)
+{
+    return d->ops->decode(d, data, len, wal_start, rec, err, errlen);
+}
+
+int decoder_event(struct decoder *d, const struct decoder_record *rec, struct outbox_event *ev,
+                  char *err, size_t errlen)
+{
+    return d->ops->event(d, rec, ev, err, errlen);
+}
+
+int decoder_member(struct decoder *d, const struct decoder_record *rec,
+                   struct partition_map *pm, char *err, size_t errlen)
+{
+    if (d->ops->member == NULL)
+        return PARTITION_NO;
+    return d->ops->member(d, rec, pm, err, errlen);
+}
+
+int decoder_describe(struct decoder *d, const struct decoder_record *rec, const char **out,
+                     size_t *len)
+{
+    *out = rec->data;
+    *len = rec->data_len;
+    if (d->ops->describe == NULL)
+        return 0;
+    return d->ops->describe(d, rec, out, len);
+}

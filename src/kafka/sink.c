@@ -1,0 +1,677 @@
+/*
+ * sink.c — the Kafka producer (see sink.h).
+ *
+ * Shaped after librdkafka's examples/producer.c and idempotent_producer.c:
+ * the delivery report callback runs from rd_kafka_poll() in our thread,
+ * exactly once per message; QUEUE_FULL is handed back to the caller, who
+ * polls and retries; ERR__FATAL from the error callback makes the sink
+ * unusable. Pending reports are signalled on a pipe, so the main loop can
+ * wait on PostgreSQL's socket and Kafka at once: librdkafka calls
+ * on_queue_event() when its main queue becomes non-empty, which writes a
+ * byte unless one is already waiting (wake.h says how no wake-up is lost).
+ *
+ * Lazy reports (sink_set_lazy): at a steady rate the main loop wakes for
+ * the WAL anyway, about once per transaction; waking it a second time for
+ * each delivery report cost a context switch per transaction. While lazy,
+ * the callback writes nothing and the caller serves reports on its next
+ * wake-up, within its own bound. What a report says about time must not
+ * depend on when it is served, so each message's record (struct sink_msg,
+ * the message's opaque) gets the time librdkafka's thread saw the broker's
+ * acknowledgement, from an on_acknowledgement interceptor.
+ *
+ * The hot path is measured (bench/run.sh; the history is in
+ * docs/benchmarks.md, "What was changed"): events go out through a topic
+ * handle cached per event type (topic.h), and a successful delivery report
+ * reads no headers.
+ */
+#include "outbox_relay/kafka/sink.h"
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "outbox_relay/base/clock.h"
+#include "outbox_relay/kafka/event_headers.h"
+#include "outbox_relay/kafka/kafka_conf.h"
+#include "outbox_relay/base/log.h"
+#include "outbox_relay/kafka/topic.h"
+#include "outbox_relay/base/wake.h"
+
+/* One produced message's record, handed to librdkafka as its opaque: the
+ * caller's token, when librdkafka's thread saw the broker acknowledge the
+ * message (on_ack; CLOCK_REALTIME µs, 0 until then) and how long after
+ * sink_produce that was (µs, -1 until then). Records live in
+ * chunks owned by the sink, freed only after the producer is destroyed
+ * (its threads may still acknowledge while it is), and are recycled through
+ * a free list that only the caller's thread touches: it takes one in
+ * sink_produce and gives it back when the report is served. The ack time is
+ * written before librdkafka queues the report under its queue lock and read
+ * after the caller dequeued it under the same lock. */
+struct sink_msg {
+    uint64_t token;
+    _Atomic int64_t acked_us;
+    _Atomic int64_t ack_latency_us;
+    struct sink_msg *next_free;
+};
+
+#define SINK_MSG_CHUNK 1024
+
+struct sink_msg_chunk {
+    struct sink_msg_chunk *next;
+    struct sink_msg msg[SINK_MSG_CHUNK];
+};
+
+/* librdkafka before 2.13, when rd_kafka_new() refuses a configuration
+ * that has interceptors, frees them but leaves them in the caller's
+ * configuration, which a destroy then frees twice (librdkafka issue 4142):
+ * the refused configuration is kept here instead, reachable until exit. A
+ * refused configuration ends the relayer, so there is one at most. */
+static rd_kafka_conf_t *refused_conf;
+
+struct sink {
+    const char *topic_template;
+    const struct outbox_columns_map *columns; /* extra columns: headers, topic */
+    struct event_headers_options headers;
+    char ce_source[512];
+    /* The template's {column}s as extra indexes: the topic cache is then
+     * keyed by their values (and the type when {type}/{prefix} is used). */
+    bool topic_by_type;
+    size_t ntopic_cols;
+    int topic_cols[OUTBOX_MAX_EXTRA];
+    char topic_key[1024];
+    rd_kafka_t *rk;
+    rd_kafka_queue_t *mainq;
+    struct wake wake; /* readable while reports wait (on_queue_event) */
+    atomic_bool lazy; /* read by on_queue_event: no wake-up while set */
+    bool lazy_set;    /* the caller's copy */
+    struct sink_msg *free_msgs;
+    struct sink_msg_chunk *chunks;
+    sink_report_fn on_report;
+    void *ctx;
+    size_t inflight;
+    size_t inflight_bytes;
+    size_t max_message_bytes;
+    bool fatal;
+    bool closing;
+    bool brokers_up;
+    const char *last_topic; /* a cached handle's name, or last_topic_buf */
+    char last_topic_buf[256];
+    struct topic_cache topics; /* handles: rd_kafka_topic_t, one application
+                                  reference each, dropped in sink_free */
+    enum kafka_err_class err_class; /* of the last refused produce */
+    char errstr[SINK_ERRLEN];
+};
+
+/* Copies a header value into dst as a NUL-terminated string. */
+static void header_str(rd_kafka_headers_t *hdrs, const char *name, char *dst, size_t cap)
+{
+    const void *val = NULL;
+    size_t size = 0;
+    dst[0] = '\0';
+    if (hdrs && rd_kafka_header_get_last(hdrs, name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        val != NULL) {
+        if (size >= cap)
+            size = cap - 1;
+        memcpy(dst, val, size);
+        dst[size] = '\0';
+    }
+}
+
+/* A record for the next message, carrying token; NULL when out of memory,
+ * with the error in sk->errstr naming the message (key=value: its event_id
+ * or its topic). */
+static struct sink_msg *msg_take(struct sink *sk, uint64_t token, const char *key,
+                                 const char *value)
+{
+    if (sk->free_msgs == NULL) {
+        struct sink_msg_chunk *c = malloc(sizeof *c);
+        if (c == NULL) {
+            snprintf(sk->errstr, sizeof sk->errstr, "%s=%s: out of memory", key, value);
+            sk->err_class = KAFKA_ERR_FATAL;
+            return NULL;
+        }
+        c->next = sk->chunks;
+        sk->chunks = c;
+        for (size_t i = 0; i < SINK_MSG_CHUNK; i++) {
+            c->msg[i].next_free = sk->free_msgs;
+            sk->free_msgs = &c->msg[i];
+        }
+    }
+    struct sink_msg *msg = sk->free_msgs;
+    sk->free_msgs = msg->next_free;
+    msg->token = token;
+    atomic_store_explicit(&msg->acked_us, 0, memory_order_relaxed);
+    atomic_store_explicit(&msg->ack_latency_us, -1, memory_order_relaxed);
+    return msg;
+}
+
+static void msg_put(struct sink *sk, struct sink_msg *msg)
+{
+    msg->next_free = sk->free_msgs;
+    sk->free_msgs = msg;
+}
+
+/* on_acknowledgement, on librdkafka's broker thread, for every message
+ * whose fate is known (delivered or failed for good), before its report is
+ * queued. It only stamps our record: the message itself is immutable. */
+static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque)
+{
+    struct sink_msg *msg = m->_private;
+    if (msg != NULL) {
+        atomic_store_explicit(&msg->acked_us, wall_now_us(), memory_order_relaxed);
+        /* since rd_kafka_producev, on librdkafka's monotonic clock */
+        atomic_store_explicit(&msg->ack_latency_us, rd_kafka_message_latency(m),
+                              memory_order_relaxed);
+    }
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *ic_opaque,
+                                  char *errstr, size_t errstr_size)
+{
+    return rd_kafka_interceptor_add_on_acknowledgement(rk, "outbox-relay", on_ack, ic_opaque);
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    struct sink *sk = opaque;
+    struct sink_msg *msg = m->_private;
+    uint64_t token = msg->token;
+    int64_t acked_us = atomic_load_explicit(&msg->acked_us, memory_order_relaxed);
+    int64_t ack_latency_us = atomic_load_explicit(&msg->ack_latency_us, memory_order_relaxed);
+    msg_put(sk, msg);
+    size_t bytes = m->len + m->key_len;
+    sk->inflight--;
+    sk->inflight_bytes -= bytes < sk->inflight_bytes ? bytes : sk->inflight_bytes;
+    if (sk->closing)
+        return;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        sk->brokers_up = true;
+
+    /* Only a failure is reported with the event's id and type: parsing the
+     * headers of every delivered message would cost more than the rest of
+     * the report. */
+    char event_id[64] = "", event_type[256] = "";
+    if (m->err) {
+        rd_kafka_headers_t *hdrs = NULL;
+        rd_kafka_message_headers(m, &hdrs);
+        header_str(hdrs, "event_id", event_id, sizeof event_id);
+        header_str(hdrs, "event_type", event_type, sizeof event_type);
+        if (event_id[0] == '\0') /* --envelope cloudevents */
+            header_str(hdrs, "ce_id", event_id, sizeof event_id);
+        if (event_type[0] == '\0')
+            header_str(hdrs, "ce_type", event_type, sizeof event_type);
+    }
+
+    struct sink_report rep = {
+        .err = m->err,
+        .errstr = m->err ? rd_kafka_err2str(m->err) : "",
+        .cls = kafka_err_classify(m->err),
+        .poison = kafka_err_classify(m->err) == KAFKA_ERR_POISON,
+        .event_id = event_id,
+        .event_type = event_type,
+        .topic = m->rkt ? rd_kafka_topic_name(m->rkt) : "",
+        .partition = m->partition,
+        .offset = m->offset,
+        .bytes = bytes,
+        .key = m->key,
+        .key_len = m->key_len,
+        .value = m->payload,
+        .value_len = m->len,
+        .acked_unix_us = acked_us,
+        .ack_latency_us = ack_latency_us,
+    };
+    sk->on_report(sk->ctx, token, &rep);
+}
+
+/* Called by librdkafka, from any of its threads and under its queue lock,
+ * when the main queue goes from empty to non-empty. One byte in the pipe is
+ * enough to wake the main loop; sink_poll() drains it. The wake's lock is a
+ * leaf lock, so taking it under librdkafka's queue lock cannot deadlock. */
+static void on_queue_event(rd_kafka_t *rk, void *opaque)
+{
+    struct sink *sk = opaque;
+    if (!atomic_load(&sk->lazy))
+        wake_signal(&sk->wake);
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    struct sink *sk = opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char buf[256];
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof buf);
+        snprintf(sk->errstr, sizeof sk->errstr, "fatal Kafka producer error %s: %s",
+                 rd_kafka_err2name(orig), buf);
+        sk->fatal = true;
+        log_error("%s", sk->errstr);
+        return;
+    }
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        sk->brokers_up = false;
+        log_warn("all Kafka brokers are down (%s); deliveries wait, nothing is confirmed "
+                 "until they are back", reason);
+        return;
+    }
+    log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
+}
+
+struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report, void *ctx,
+                      char *err, size_t errlen)
+{
+    struct sink *sk = calloc(1, sizeof *sk);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (sk == NULL || conf == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    sk->topic_template = opts->topic_template;
+    sk->columns = opts->columns;
+    sk->headers = (struct event_headers_options){.map = opts->columns,
+                                                 .id_header = opts->id_header,
+                                                 .envelope = opts->envelope,
+                                                 .ce_source = sk->ce_source};
+    if (opts->ce_source != NULL)
+        snprintf(sk->ce_source, sizeof sk->ce_source, "%s", opts->ce_source);
+    sk->topic_by_type = topic_uses_type(opts->topic_template);
+    {
+        const char *pos = opts->topic_template;
+        char name[64];
+        while (sk->ntopic_cols < OUTBOX_MAX_EXTRA && topic_next_column(&pos, name, sizeof name) > 0) {
+            int i = opts->columns != NULL ? outbox_columns_extra_index(opts->columns, name) : -1;
+            if (i >= 0)
+                sk->topic_cols[sk->ntopic_cols++] = i;
+        }
+    }
+    sk->on_report = on_report;
+    sk->ctx = ctx;
+    sk->wake.fd[0] = sk->wake.fd[1] = -1;
+    atomic_init(&sk->lazy, false);
+    sk->brokers_up = true;
+    sk->last_topic = sk->last_topic_buf;
+
+    /* Our defaults first; the user's -X properties win. */
+    if ((opts->brokers && *opts->brokers &&
+         kafka_conf_set(conf, "bootstrap.servers", opts->brokers, err, errlen) < 0) ||
+        kafka_conf_set(conf, "client.id", "outbox-relay", err, errlen) < 0 ||
+        kafka_conf_set(conf, "enable.idempotence", "true", err, errlen) < 0 ||
+        kafka_conf_set(conf, "acks", "all", err, errlen) < 0 ||
+        kafka_conf_set(conf, "message.timeout.ms", "0", err, errlen) < 0 ||
+        /* Low latency without a slower drain; linger 0 needs Nagle off
+         * (measured: docs/benchmarks.md). */
+        kafka_conf_set(conf, "linger.ms", "0", err, errlen) < 0 ||
+        kafka_conf_set(conf, "socket.nagle.disable", "true", err, errlen) < 0 ||
+        kafka_conf_route_log(conf, err, errlen) < 0)
+        goto fail;
+    for (size_t i = 0; i < opts->nkafka; i++)
+        if (kafka_conf_set(conf, opts->kafka[2 * i], opts->kafka[2 * i + 1], err, errlen) < 0)
+            goto fail;
+
+    char buf[64];
+    size_t sz = sizeof buf;
+    sk->max_message_bytes = 1000000;
+    if (rd_kafka_conf_get(conf, "message.max.bytes", buf, &sz) == RD_KAFKA_CONF_OK)
+        sk->max_message_bytes = strtoull(buf, NULL, 10);
+
+    rd_kafka_conf_set_opaque(conf, sk);
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_error_cb(conf, on_error);
+    if (rd_kafka_conf_interceptor_add_on_new(conf, "outbox-relay", on_new, sk) !=
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
+        snprintf(err, errlen, "cannot add the Kafka producer's acknowledgement interceptor");
+        goto fail;
+    }
+
+    char e[512];
+    sk->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
+    if (sk->rk == NULL) {
+        snprintf(err, errlen, "cannot create the Kafka producer: %s", e);
+        refused_conf = conf; /* not destroyed: see refused_conf */
+        conf = NULL;
+        goto fail;
+    }
+    conf = NULL; /* owned by rk now */
+
+    if (wake_init(&sk->wake) < 0) {
+        snprintf(err, errlen, "cannot create a pipe for Kafka events");
+        goto fail;
+    }
+    sk->mainq = rd_kafka_queue_get_main(sk->rk);
+    rd_kafka_queue_cb_event_enable(sk->mainq, on_queue_event, sk);
+    return sk;
+
+fail:
+    if (conf != NULL)
+        rd_kafka_conf_destroy(conf);
+    if (sk != NULL) {
+        if (sk->rk != NULL)
+            rd_kafka_destroy(sk->rk);
+        wake_destroy(&sk->wake);
+        free(sk);
+    }
+    return NULL;
+}
+
+static void free_chunks(struct sink *sk)
+{
+    while (sk->chunks != NULL) {
+        struct sink_msg_chunk *c = sk->chunks;
+        sk->chunks = c->next;
+        free(c);
+    }
+    sk->free_msgs = NULL;
+}
+
+static void release_topic(void *rkt)
+{
+    rd_kafka_topic_destroy(rkt);
+}
+
+void sink_free(struct sink *sk, int timeout_ms)
+{
+    if (sk == NULL)
+        return;
+    sink_flush(sk, timeout_ms);
+    sk->closing = true;
+    if (sk->inflight > 0) {
+        log_warn("%zu events were not delivered before shutdown; their position was not "
+                 "confirmed, so the next run sends them again", sk->inflight);
+        rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT |
+                                   RD_KAFKA_PURGE_F_NON_BLOCKING);
+        rd_kafka_poll(sk->rk, 0);
+    }
+    topic_cache_clear(&sk->topics, release_topic);
+    rd_kafka_queue_cb_event_enable(sk->mainq, NULL, NULL);
+    rd_kafka_queue_destroy(sk->mainq);
+    rd_kafka_destroy(sk->rk);
+    wake_destroy(&sk->wake);
+    free_chunks(sk);
+    free(sk);
+}
+
+/* A refused rd_kafka_producev(): QUEUE_FULL is backpressure; a topic whose
+ * metadata says unknown or unauthorized (librdkafka fails those at once
+ * after its first look) is waited out; the record's own faults (too large,
+ * invalid topic) are poison; the rest is the producer's. */
+static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic,
+                       const char *event_id)
+{
+    if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        return SINK_FULL;
+    snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s topic=%s: produce failed: %s (%s)",
+             event_id, topic, rd_kafka_err2str(e), rd_kafka_err2name(e));
+    sk->err_class = kafka_err_classify(e);
+    if (e == RD_KAFKA_RESP_ERR__FATAL || sk->fatal) {
+        sk->err_class = KAFKA_ERR_FATAL;
+        return SINK_FATAL;
+    }
+    switch (sk->err_class) {
+    case KAFKA_ERR_POISON:
+        return SINK_POISON;
+    case KAFKA_ERR_RETRIABLE:
+    case KAFKA_ERR_TOPIC_WAIT:
+    case KAFKA_ERR_AUTH:
+        return SINK_RETRY;
+    default:
+        return SINK_FATAL;
+    }
+}
+
+/* The topic handle for ev's type, from the cache or created and cached;
+ * NULL when the cache is full (the caller produces by name). Sets
+ * sk->last_topic. Returns SINK_POISON when the template gives no valid
+ * topic name for the type. */
+/* What the topic cache is keyed by for ev: its type, or with {column}s in
+ * the template their values (and the type when the template has it too),
+ * each after a NUL; NULL when that does not fit in sk->topic_key (the
+ * topic is then expanded and produced by name). */
+static const char *topic_key(struct sink *sk, const struct outbox_event *ev, size_t *len)
+{
+    const char *type = ev->type ? ev->type : "";
+    if (sk->ntopic_cols == 0) {
+        *len = ev->type_len;
+        return type;
+    }
+    size_t n = 0;
+    if (sk->topic_by_type) {
+        if (ev->type_len >= sizeof sk->topic_key)
+            return NULL;
+        memcpy(sk->topic_key, type, ev->type_len);
+        n = ev->type_len;
+    }
+    for (size_t k = 0; k < sk->ntopic_cols; k++) {
+        const struct outbox_field *f = &ev->extra[sk->topic_cols[k]];
+        if (f->ptr == NULL || n + 1 + f->len > sizeof sk->topic_key)
+            return NULL; /* NULL: no topic, said by topic_name_event */
+        sk->topic_key[n++] = '\0';
+        memcpy(sk->topic_key + n, f->ptr, f->len);
+        n += f->len;
+    }
+    *len = n;
+    return sk->topic_key;
+}
+
+/* The topic handle for ev's type (and columns), from the cache or created
+ * and cached; NULL when the cache is full (the caller produces by name).
+ * Sets sk->last_topic. Returns SINK_POISON when the template gives no valid
+ * topic name for the event. */
+static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_topic_t **rkt)
+{
+    size_t key_len = 0;
+    const char *key = topic_key(sk, ev, &key_len);
+    struct topic_entry *t = key != NULL ? topic_cache_find(&sk->topics, key, key_len) : NULL;
+    *rkt = NULL;
+    if (t != NULL && t->type != NULL) {
+        *rkt = t->handle;
+        sk->last_topic = rd_kafka_topic_name(*rkt);
+        return SINK_OK;
+    }
+    sk->last_topic = sk->last_topic_buf;
+    sk->last_topic_buf[0] = '\0';
+    if (topic_name_event(sk->topic_template, ev, sk->columns, sk->last_topic_buf,
+                         sizeof sk->last_topic_buf) < 0) {
+        snprintf(sk->errstr, sizeof sk->errstr,
+                 "event_id=%s type=\"%.*s\": topic template \"%s\" gives no valid Kafka topic "
+                 "name (1-249 of [A-Za-z0-9._-]%s)", ev->event_id, (int) ev->type_len,
+                 ev->type ? ev->type : "", sk->topic_template,
+                 sk->ntopic_cols > 0 ? "; a {column} that is NULL gives none" : "");
+        return SINK_POISON;
+    }
+    if (t == NULL || topic_cache_full(&sk->topics))
+        return SINK_OK;
+    rd_kafka_topic_t *h = rd_kafka_topic_new(sk->rk, sk->last_topic_buf, NULL);
+    if (h == NULL)
+        return SINK_OK; /* by name, uncached */
+    if (topic_cache_put(&sk->topics, t, key, key_len, h) < 0) {
+        rd_kafka_topic_destroy(h); /* out of memory: by name, uncached */
+        return SINK_OK;
+    }
+    *rkt = h;
+    sk->last_topic = rd_kafka_topic_name(h);
+    return SINK_OK;
+}
+
+int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
+{
+    rd_kafka_topic_t *rkt;
+    if (sk->fatal) {
+        sk->err_class = KAFKA_ERR_FATAL;
+        return SINK_FATAL;
+    }
+    if (topic_for(sk, ev, &rkt) != SINK_OK) {
+        sk->err_class = KAFKA_ERR_POISON;
+        return SINK_POISON;
+    }
+    const char *topic = sk->last_topic;
+    size_t bytes = ev->aggregate_id_len + ev->payload_len;
+    struct event_headers eh;
+    event_headers_build(&sk->headers, ev, &eh);
+    size_t hdr_bytes = eh.bytes + 16 * eh.n;
+    if (bytes + hdr_bytes > sk->max_message_bytes) {
+        snprintf(sk->errstr, sizeof sk->errstr,
+                 "event_id=%s type=\"%.*s\" topic=%s: event of %zu bytes is larger than "
+                 "message.max.bytes (%zu)", ev->event_id, (int) ev->type_len, ev->type, topic,
+                 bytes + hdr_bytes, sk->max_message_bytes);
+        sk->err_class = KAFKA_ERR_POISON;
+        return SINK_POISON;
+    }
+
+    /* The headers: event_id, event_type, created_at when known, then the
+     * configured ones (event_headers.h). */
+    struct sink_msg *msg = msg_take(sk, token, "event_id", ev->event_id);
+    if (msg == NULL)
+        return SINK_FATAL;
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(eh.n);
+    for (size_t i = 0; i < eh.n; i++)
+        rd_kafka_header_add(hdrs, eh.h[i].name, -1, eh.h[i].value, (ssize_t) eh.h[i].len);
+    rd_kafka_resp_err_t e;
+    if (rkt != NULL)
+        e = rd_kafka_producev(
+            sk->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_KEY(ev->aggregate_id, ev->aggregate_id_len),
+            RD_KAFKA_V_VALUE((void *) ev->payload, ev->payload_len), RD_KAFKA_V_HEADERS(hdrs),
+            RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
+    else
+        e = rd_kafka_producev(
+            sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_KEY(ev->aggregate_id, ev->aggregate_id_len),
+            RD_KAFKA_V_VALUE((void *) ev->payload, ev->payload_len), RD_KAFKA_V_HEADERS(hdrs),
+            RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
+        msg_put(sk, msg);
+        return produce_err(sk, e, topic, ev->event_id);
+    }
+    sk->inflight++;
+    sk->inflight_bytes += bytes;
+    return SINK_OK;
+}
+
+int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t key_len,
+                     const char *value, size_t value_len, const char *const *headers,
+                     size_t nheaders, uint64_t token)
+{
+    if (sk->fatal) {
+        sk->err_class = KAFKA_ERR_FATAL;
+        return SINK_FATAL;
+    }
+    struct sink_msg *msg = msg_take(sk, token, "topic", topic);
+    if (msg == NULL)
+        return SINK_FATAL;
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(nheaders);
+    for (size_t i = 0; i < nheaders; i++)
+        rd_kafka_header_add(hdrs, headers[2 * i], -1, headers[2 * i + 1], -1);
+    const char *event_id = "";
+    for (size_t i = 0; i < nheaders; i++)
+        if (strcmp(headers[2 * i], "event_id") == 0)
+            event_id = headers[2 * i + 1];
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE((void *) value, value_len),
+        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(msg),
+        RD_KAFKA_V_END);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
+        msg_put(sk, msg);
+        return produce_err(sk, e, topic, event_id);
+    }
+    sk->inflight++;
+    sk->inflight_bytes += key_len + value_len;
+    return SINK_OK;
+}
+
+int sink_poll(struct sink *sk, int timeout_ms)
+{
+    /* Drained before serving: a report queued before the drain is served
+     * by the rd_kafka_poll() below, one queued after it signals again. */
+    wake_drain(&sk->wake);
+    return rd_kafka_poll(sk->rk, timeout_ms);
+}
+
+void sink_set_lazy(struct sink *sk, bool lazy)
+{
+    if (lazy == sk->lazy_set)
+        return;
+    sk->lazy_set = lazy;
+    atomic_store(&sk->lazy, lazy);
+    /* Reports queued while lazy made no wake-up, and the callback comes
+     * only when the queue turns non-empty: the caller's next wait would
+     * miss them. Whatever was queued before the store is counted here;
+     * whatever comes after it signals by itself. */
+    if (!lazy && rd_kafka_queue_length(sk->mainq) > 0)
+        wake_signal(&sk->wake);
+}
+
+int sink_fd(const struct sink *sk)
+{
+    return wake_fd(&sk->wake);
+}
+
+int sink_flush(struct sink *sk, int timeout_ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (sk->inflight > 0 || rd_kafka_outq_len(sk->rk) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long elapsed = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (elapsed >= timeout_ms)
+            return -1;
+        long wait = timeout_ms - elapsed;
+        sink_poll(sk, wait < 100 ? (int) wait : 100);
+    }
+    return 0;
+}
+
+size_t sink_inflight(const struct sink *sk)
+{
+    return sk->inflight;
+}
+
+size_t sink_inflight_bytes(const struct sink *sk)
+{
+    return sk->inflight_bytes;
+}
+
+size_t sink_max_message_bytes(const struct sink *sk)
+{
+    return sk->max_message_bytes;
+}
+
+bool sink_fatal(const struct sink *sk)
+{
+    return sk->fatal;
+}
+
+bool sink_brokers_up(const struct sink *sk)
+{
+    return sk->brokers_up;
+}
+
+const char *sink_last_topic(const struct sink *sk)
+{
+    return sk->last_topic;
+}
+
+bool sink_needs_ce_source(const struct sink *sk)
+{
+    return sk->headers.envelope == EVENT_ENVELOPE_CLOUDEVENTS && sk->ce_source[0] == '\0';
+}
+
+void sink_set_ce_source(struct sink *sk, const char *source)
+{
+    snprintf(sk->ce_source, sizeof sk->ce_source, "%s", source);
+}
+
+const char *sink_errstr(const struct sink *sk)
+{
+    return sk->errstr;
+}
+
+enum kafka_err_class sink_err_class(const struct sink *sk)
+{
+    return sk->err_class;
+}

@@ -1,0 +1,109 @@
+/*
+ * relay_internal.h — the relay's state, shared by its three files only
+ * (not a public header):
+ *   relay.c           the loop: sessions, reconnects, rewinds, backpressure,
+ *                     status updates, the clean stop
+ *   relay_sink.c      the relay's side of the sink: producing with a full
+ *                     queue waited out, delivery reports (acks, rewinds,
+ *                     poison), dead letters (deadletter.h)
+ *   relay_backfill.c  the slot-creation hooks and backfill runs
+ * Decisions about frames live in dispatch.c, not here.
+ */
+#ifndef OUTBOX_RELAY_RELAY_INTERNAL_H
+#define OUTBOX_RELAY_RELAY_INTERNAL_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "outbox_relay/base/clock.h"
+#include "outbox_relay/kafka/deadletter.h"
+#include "outbox_relay/kafka/kafka_errors.h"
+#include "outbox_relay/core/liveness.h"
+#include "outbox_relay/relay/relay.h"
+
+#define RELAY_ERRLEN 2048
+
+/* Backfilled rows are tracked apart from the stream (relay_backfill.c):
+ * their tokens carry this bit. The stream tracker's tokens count up from 1
+ * and never reach it. */
+#define BACKFILL_TOKEN ((uint64_t) 1 << 63)
+
+static inline bool is_backfill(uint64_t token)
+{
+    return (token & BACKFILL_TOKEN) != 0;
+}
+
+struct outbox_event;
+struct sink_report;
+
+struct relay {
+    const struct relay_config *cfg;
+    char switch_plugin[16]; /* RELAY_SWITCH_PLUGIN: the plugin to start over with */
+    struct outbox_columns_map columns; /* cfg's, types filled in at each start
+                                       (layout.h): decoder, sink, backfill */
+    volatile sig_atomic_t *stop;
+    struct stream *stream;
+    struct sink *sink;
+    struct tracker *tracker;
+    struct decoder *decoder;      /* the output plugin's (decoder.h) */
+    struct dispatch *dispatch;    /* frames → tracker and sink (dispatch.h) */
+    struct backfill *backfill;    /* the slot's backfill lock and marker */
+    struct tracker *bf_tracker;   /* acks of backfilled rows: row n of a run
+                                     is "LSN" bf_base + n */
+    uint64_t bf_base;
+    bool bf_at_creation; /* the slot was created with a finished backfill */
+    bool bf_retry;       /* a backfilled row failed retriably: this run stops, resumed later */
+    struct relay_stats stats;
+    struct metrics *metrics; /* borrowed, may be NULL */
+    lsn_t sent_flush;   /* flush position in our last status update */
+    double last_status; /* monotonic seconds */
+    bool force_status;
+    struct liveness live; /* --wal-receiver-timeout of the current session */
+    int64_t seen_commit_us; /* commit time (Unix µs) of the last transaction read */
+    bool draining; /* it was read DRAIN_LAG_US or more after its commit: a backlog */
+    struct partition_map *partitions; /* membership of a partitioned outbox */
+    struct deadletter_queue dlq; /* poison reports, oldest first */
+    /* Rewind (see relay.c): asked for by a delivery error that is waited
+     * out, carried out once nothing is in flight. */
+    bool rewind;
+    enum kafka_err_class rewind_class;
+    char rewind_why[RELAY_ERRLEN];
+    double rewind_backoff;  /* s, the next pause before re-producing */
+    lsn_t rewind_progress;  /* confirmed position at the previous rewind */
+    double auth_since;      /* monotonic s of the first authorization rewind
+                               without progress since; 0 = none */
+    bool fatal;
+    char errstr[RELAY_ERRLEN];
+};
+
+/* relay.c */
+void relay_set_fatal(struct relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether to read more WAL (dispatch_window_open over the sink's counts). */
+bool relay_window_open(const struct relay *r);
+/* Sends a status update when one is due, during waits inside one step. */
+void relay_keep_status(struct relay *r);
+
+/* relay_sink.c */
+/* Serves delivery reports for at most timeout_ms, then the dead letters
+ * they left. Every wait of the relay goes through here. */
+int relay_serve(struct relay *r, int timeout_ms);
+void relay_serve_dead_letters(struct relay *r);
+void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep);
+/* Produces one event; 0 when the sink took it (see the definition). */
+int relay_produce(struct relay *r, const struct outbox_event *ev, uint64_t token);
+int relay_dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const char *event_id,
+                      const char *type, const char *topic, const char *key, size_t key_len,
+                      const char *value, size_t value_len, const char *error);
+void relay_request_rewind(struct relay *r, enum kafka_err_class cls, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* relay_backfill.c */
+int relay_on_slot_creating(void *ctx, bool *export_snapshot, char *err, size_t errlen);
+int relay_on_slot_created(void *ctx, const char *snapshot, lsn_t consistent, bool *drop_slot,
+                          char *err, size_t errlen);
+/* Finishes an unfinished backfill of an existing slot: an enum backfill_rc. */
+int relay_resume_backfill(struct relay *r);
+
+#endif
