@@ -258,6 +258,8 @@ int options_load_args(const struct options_spec *spec, void *cfg, int argc, char
         }
         if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
             printf("%s %s\n", spec->program, OUTBOX_RELAY_VERSION);
+            if (spec->print_libraries != NULL)
+                spec->print_libraries();
             *exit_now = true;
             return 0;
         }

@@ -18,6 +18,8 @@
 
 #include "outbox_relay/kafka/event_headers.h"
 #include "outbox_relay/base/options.h"
+#include "outbox_relay/kafka/kafka_conf.h"
+#include "outbox_relay/pg/pgconn.h"
 #include "outbox_relay/kafka/topic.h"
 
 _Static_assert(sizeof(enum poison_policy) == sizeof(int), "OPT_ENUM stores an int");
@@ -150,8 +152,16 @@ static const struct option_def options[] = {
 static void print_help(const char *prog);
 static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen);
 
+/* --version: the libraries this binary runs with. */
+static void print_libraries(void)
+{
+    kafka_conf_print_library();
+    pgconn_print_library();
+}
+
 static const struct options_spec spec = {
     .program = "outbox-relay",
+    .print_libraries = print_libraries,
     .defs = options,
     .ndefs = sizeof options / sizeof options[0],
     .env_prefix = "OUTBOX_RELAY_",

@@ -6,6 +6,8 @@
  */
 #include "outbox_relay/consume/consume_config.h"
 #include "outbox_relay/base/options.h"
+#include "outbox_relay/kafka/kafka_conf.h"
+#include "outbox_relay/pg/pgconn.h"
 
 #include <ctype.h>
 #include <stdbool.h>
@@ -59,8 +61,16 @@ static const struct option_def options[] = {
 static void print_help(const char *prog);
 static int set_kafka_arg(void *cfg, const char *kv, char *err, size_t errlen);
 
+/* --version: the libraries this binary runs with. */
+static void print_libraries(void)
+{
+    kafka_conf_print_library();
+    pgconn_print_library();
+}
+
 static const struct options_spec spec = {
     .program = "outbox-consume",
+    .print_libraries = print_libraries,
     .defs = options,
     .ndefs = sizeof options / sizeof options[0],
     .env_prefix = "OUTBOX_CONSUME_",

@@ -54,6 +54,11 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         return;
     c->last_kafka_err = err;
     c->last_kafka_err_at = now;
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
+        char advice[768];
+        log_error("%s: %s", reason, kafka_conf_auth_advice_of(rk, advice, sizeof advice));
+        return;
+    }
     log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
 }
 
@@ -207,6 +212,7 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
     rd_kafka_conf_set_offset_commit_cb(conf, on_commit);
 
     char e[512];
+    kafka_conf_warn_scram(conf, "the Kafka consumer");
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, e, sizeof e);
     if (c->rk == NULL) {
         snprintf(err, errlen, "cannot create the Kafka consumer: %s", e);

@@ -5,6 +5,8 @@
 #include "outbox_relay/kafka/kafka_conf.h"
 
 #include <stdio.h>
+#include <string.h>
+#include <strings.h>
 
 #include "outbox_relay/base/log.h"
 
@@ -35,4 +37,64 @@ int kafka_conf_route_log(rd_kafka_conf_t *conf, char *err, size_t errlen)
     rd_kafka_conf_set_log_cb(conf, on_log);
     return kafka_conf_set(conf, "log_level", log_enabled(LOG_LEVEL_DEBUG) ? "7" : "6", err,
                           errlen);
+}
+
+bool kafka_conf_scram_refused(const char *mechanisms, int version)
+{
+    return mechanisms != NULL && strncasecmp(mechanisms, "SCRAM-", 6) == 0 &&
+           version < KAFKA_SCRAM_FIXED_VERSION;
+}
+
+const char *kafka_conf_auth_advice(const char *mechanisms, const char *username, int version,
+                                   char *buf, size_t cap)
+{
+    const char *mech = mechanisms != NULL && *mechanisms ? mechanisms : "GSSAPI";
+    int n = snprintf(buf, cap,
+                     "Kafka refused the SASL credentials (sasl.mechanisms=%s, sasl.username=%s): "
+                     "check sasl.username and sasl.password (-X, or kafka.sasl.* in the "
+                     "config file) and the user on the brokers; nothing is delivered or "
+                     "confirmed meanwhile",
+                     mech, username != NULL && *username ? username : "(unset)");
+    if (n >= 0 && (size_t) n < cap && kafka_conf_scram_refused(mechanisms, version))
+        snprintf(buf + n, cap - (size_t) n,
+                 ". If they are right: this librdkafka (%d.%d.%d) is older than 2.6.1, and "
+                 "brokers of Kafka 3.9 and later refuse its SCRAM proof as invalid "
+                 "credentials (librdkafka issue 4895); use -X sasl.mechanisms=PLAIN over "
+                 "SASL_SSL, or build outbox-relay with librdkafka 2.6.1 or later",
+                 (version >> 24) & 0xff, (version >> 16) & 0xff, (version >> 8) & 0xff);
+    return buf;
+}
+
+/* One property of a configuration, "" when unset or unreadable. */
+static void conf_value(const rd_kafka_conf_t *conf, const char *name, char *dst, size_t cap)
+{
+    size_t size = cap;
+    if (rd_kafka_conf_get(conf, name, dst, &size) != RD_KAFKA_CONF_OK)
+        dst[0] = '\0';
+}
+
+const char *kafka_conf_auth_advice_of(rd_kafka_t *rk, char *buf, size_t cap)
+{
+    char mech[64], user[128];
+    conf_value(rd_kafka_conf(rk), "sasl.mechanisms", mech, sizeof mech);
+    conf_value(rd_kafka_conf(rk), "sasl.username", user, sizeof user);
+    return kafka_conf_auth_advice(mech, user, rd_kafka_version(), buf, cap);
+}
+
+void kafka_conf_warn_scram(const rd_kafka_conf_t *conf, const char *who)
+{
+    char mech[64], proto[32];
+    conf_value(conf, "sasl.mechanisms", mech, sizeof mech);
+    conf_value(conf, "security.protocol", proto, sizeof proto);
+    if (strncasecmp(proto, "sasl", 4) == 0 && kafka_conf_scram_refused(mech, rd_kafka_version()))
+        log_warn("%s uses sasl.mechanisms=%s with librdkafka %s: brokers of Kafka 3.9 and "
+                 "later refuse the SCRAM proof of a librdkafka older than 2.6.1 as invalid "
+                 "credentials (librdkafka issue 4895); use -X sasl.mechanisms=PLAIN over "
+                 "SASL_SSL, or build with librdkafka 2.6.1 or later",
+                 who, mech, rd_kafka_version_str());
+}
+
+void kafka_conf_print_library(void)
+{
+    printf("librdkafka %s\n", rd_kafka_version_str());
 }

@@ -59,6 +59,7 @@ struct sink_msg {
 };
 
 #define SINK_MSG_CHUNK 1024
+#define AUTH_LOG_EVERY 60.0 /* s between two logs of a refused SASL login */
 
 struct sink_msg_chunk {
     struct sink_msg_chunk *next;
@@ -98,6 +99,7 @@ struct sink {
     bool fatal;
     bool closing;
     bool brokers_up;
+    double auth_logged_at; /* monotonic s of the last authentication error logged */
     const char *last_topic; /* a cached handle's name, or last_topic_buf */
     char last_topic_buf[256];
     struct topic_cache topics; /* handles: rd_kafka_topic_t, one application
@@ -257,6 +259,18 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
                  "until they are back", reason);
         return;
     }
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
+        /* librdkafka repeats it at every reconnect: once a minute is
+         * enough to be seen. Its own line (reason) comes through the log
+         * callback too. */
+        double now = mono_now();
+        if (sk->auth_logged_at != 0 && now - sk->auth_logged_at < AUTH_LOG_EVERY)
+            return;
+        sk->auth_logged_at = now;
+        char advice[768];
+        log_error("%s: %s", reason, kafka_conf_auth_advice_of(rk, advice, sizeof advice));
+        return;
+    }
     log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
 }
 
@@ -327,6 +341,7 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
     }
 
     char e[512];
+    kafka_conf_warn_scram(conf, "the Kafka producer");
     sk->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
     if (sk->rk == NULL) {
         snprintf(err, errlen, "cannot create the Kafka producer: %s", e);

@@ -262,3 +262,9 @@ int pgconn_show(PGconn *conn, const char *name, double timeout, char *buf, size_
     PQclear(res);
     return rc;
 }
+
+void pgconn_print_library(void)
+{
+    int v = PQlibVersion();
+    printf("libpq %d.%d\n", v / 10000, v % 10000);
+}

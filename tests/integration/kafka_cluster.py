@@ -222,6 +222,8 @@ class _Node:
         self.log_path = os.path.join(self.dir, "server.log")
         self.port = harness.free_port() if "broker" in roles else None
         self.controller_port = harness.free_port() if "controller" in roles else None
+        self.sasl_port = None
+        self.scram_users = {}  # SCRAM-SHA-512 credentials written at format time
         self.proc = None
         self._log = None
         self._mark = 0
@@ -241,8 +243,11 @@ class _Node:
     def format(self, cluster_id):
         """StorageTool format: the meta.properties KRaft refuses to start
         without. Returns the Popen (formats run in parallel)."""
+        scram = []
+        for name, password in sorted(self.scram_users.items()):
+            scram += ["--add-scram", "SCRAM-SHA-512=[name=%s,password=%s]" % (name, password)]
         return subprocess.Popen(self.java("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                          "-c", self.config),
+                                          "-c", self.config, *scram),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 preexec_fn=harness._die_with_parent)
 
@@ -316,13 +321,25 @@ class KafkaCluster(_TopicOps):
     broker_settings: server.properties entries every broker gets on top of
     the defaults below, for tests of a misconfigured cluster, e.g.
     {"auto.create.topics.enable": "false"}.
+
+    sasl_users: {name: password} (no '"' or '\\' in either). Each broker
+    then also listens with SASL_SSL at .sasl_bootstrap: mechanisms
+    SCRAM-SHA-512 (the users created at format time) and PLAIN (the same
+    users in the listener's JAAS entry), TLS with a certificate for
+    127.0.0.1 signed by a CA of the cluster's own (.ca_file); it
+    authorizes with Kafka's
+    StandardAuthorizer: everything is allowed where no ACL names the
+    resource, ACLs (.acl()) deny or allow per principal. The PLAINTEXT
+    listener (.bootstrap, the ANONYMOUS super user) stays for the tests'
+    own admin and read-back.
     """
 
     def __init__(self, nodes=3, heap="384m", start_timeout=180, keep_dir=False,
-                 broker_settings=None):
+                 broker_settings=None, sasl_users=None):
         self.lib = classpath()
         self.n = nodes
         self.broker_settings = dict(broker_settings or {})
+        self.sasl_users = dict(sasl_users or {})
         self.replication = min(3, nodes)
         self.keep_dir = keep_dir
         _sweep_orphans()
@@ -341,8 +358,16 @@ class KafkaCluster(_TopicOps):
         self.nodes = [self.controller] + [b for b in self.brokers_by_id.values()
                                           if b is not self.controller]
         self.bootstrap = ",".join("127.0.0.1:%d" % b.port for b in self.brokers_by_id.values())
+        self.sasl_bootstrap = self.ca_file = None
+        if self.sasl_users:
+            for b in self.brokers_by_id.values():
+                b.sasl_port = harness.free_port()
+            self.sasl_bootstrap = ",".join("127.0.0.1:%d" % b.sasl_port
+                                           for b in self.brokers_by_id.values())
         harness._register(self)
         try:
+            if self.sasl_users:
+                self._certificates()
             self._configure()
             self._format(start_timeout)
             t0 = time.monotonic()
@@ -397,12 +422,83 @@ class KafkaCluster(_TopicOps):
                 "num.recovery.threads.per.data.dir": 1,
                 "num.replica.fetchers": 1,
             })
+            if self.sasl_users:
+                props.update(self._sasl_props(node, listeners))
             if node.port is not None:
                 props.update(self.broker_settings)
             node.write_config(props)
 
+    def _certificates(self):
+        """A CA of this cluster and a broker certificate for 127.0.0.1 it
+        signed (openssl), the key and chain in one PEM file as Kafka's
+        PEM keystore reads it."""
+        d = os.path.join(self.root, "tls")
+        os.makedirs(d)
+        self.ca_file = os.path.join(d, "ca.pem")
+        self.keystore = os.path.join(d, "broker.pem")
+        ext = os.path.join(d, "san.ext")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        steps = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-subj", "/CN=outbox-relay test CA", "-keyout", "ca.key", "-out", "ca.pem"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+             "-keyout", "broker.key", "-out", "broker.csr"],
+            ["x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "broker.crt"],
+        ]
+        for args in steps:
+            res = subprocess.run(["openssl"] + args, cwd=d, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise RuntimeError("openssl %s failed: %s" % (args[0], res.stderr))
+        with open(self.keystore, "w") as out:
+            for part in ("broker.key", "broker.crt"):
+                with open(os.path.join(d, part)) as f:
+                    out.write(f.read())
+
+    def _sasl_props(self, node, listeners):
+        """The SASL_SSL listener and the authorizer (see the class)."""
+        props = {
+            "listener.security.protocol.map":
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+            "super.users": "User:ANONYMOUS",
+        }
+        if node.port is not None:
+            listeners.append("SASL_SSL://127.0.0.1:%d" % node.sasl_port)
+            props.update({
+                "listeners": ",".join(listeners),
+                "advertised.listeners": "PLAINTEXT://127.0.0.1:%d,SASL_SSL://127.0.0.1:%d"
+                                        % (node.port, node.sasl_port),
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config":
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required %s;"
+                    % " ".join('user_%s="%s"' % kv for kv in sorted(self.sasl_users.items())),
+                "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+                "listener.name.sasl_ssl.ssl.keystore.location": self.keystore,
+            })
+        return props
+
+    def acl(self, action, principal, topic, operation="WRITE", permission="DENY"):
+        """Adds (action "add") or removes ("remove") the ACL `permission`
+        `operation` on the literal topic for principal ("User:relay"),
+        through Kafka's own Admin client (tests/tools/KafkaAcl.java, run by
+        Java's source launcher on the broker's classpath)."""
+        tool = os.path.join(harness.REPO_ROOT, "tests", "tools", "KafkaAcl.java")
+        cmd = self.controller.java(tool, self.bootstrap, action, principal, topic, operation,
+                                   permission)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError("KafkaAcl %s failed (%d): %s%s"
+                               % (action, res.returncode, res.stdout, res.stderr))
+
     def _format(self, timeout):
         cid = _cluster_id()
+        for node in self.nodes:
+            node.scram_users = self.sasl_users
         procs = [(node, node.format(cid)) for node in self.nodes]
         for node, p in procs:
             try:

@@ -207,7 +207,15 @@ def test_man_pages_render_without_warnings(program):
 def version():
     out = run([os.path.join(harness.build_dir(), "outbox-relay"), "--version"],
               env=clean_env()).stdout
-    return out.split()[-1]
+    return out.splitlines()[0].split()[-1]
+
+
+def assert_version(out, program):
+    """--version: "<program> <version>", then the libraries it runs with."""
+    lines = out.splitlines()
+    assert lines[0] == "%s %s" % (program, version()), out
+    assert re.fullmatch(r"librdkafka \d+\.\d+\.\d+\S*", lines[1]), out
+    assert re.fullmatch(r"libpq \d+\.\d+", lines[2]), out
 
 
 # --------------------------------------------------------------------------
@@ -234,7 +242,7 @@ def test_cmake_install(tmp_path):
                 open(os.path.join(MAN, program + ".1")) as g:
             assert f.read() == g.read()
         out = run([str(prefix / "bin" / program), "--version"], env=clean_env()).stdout
-        assert out == "%s %s\n" % (program, version())
+        assert_version(out, program)
 
 
 # --------------------------------------------------------------------------
@@ -343,7 +351,7 @@ def check_installed(tmp_path):
     for program in PROGRAMS:
         path = "/usr/bin/" + program
         res = run([path, "--version"], env=clean_env())
-        assert res.stdout == "%s %s\n" % (program, version()), res.stdout
+        assert_version(res.stdout, program)
         page = "/usr/share/man/man1/%s.1.gz" % program
         assert render_warnings(page) == []
         man = tool("man")

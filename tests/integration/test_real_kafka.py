@@ -16,6 +16,11 @@
       fault 1 of the issue: SIGKILL of the broker leading the busiest
       partition while producers commit; 0 lost, order kept, the relayer
       never exits
+  test_rolling_restart_of_every_broker
+      fault 2: each broker in turn stopped (controlled shutdown) and
+      started again while producers commit, as an upgrade does; records
+      keep arriving while each one is down, 0 lost, order kept, the relayer
+      never exits
   test_two_of_three_brokers_down
       fault 3: with min.insync.replicas=2 and acks=all, two brokers down
       means NOT_ENOUGH_REPLICAS; the slot confirms nothing past the first
@@ -369,3 +374,37 @@ def test_two_of_three_brokers_down(own_kafka_cluster, pg, relayer, unique_topic)
           "%s throughout; first undelivered commit confirmed %.1f s after the restart began"
           % (down, t_up - t_down, harness.int_to_lsn(highest), harness.int_to_lsn(first_end),
              hw, t_confirmed - t_up))
+
+
+def test_rolling_restart_of_every_broker(own_kafka_cluster, pg, relayer, unique_topic):
+    cluster = own_kafka_cluster
+    topic = cluster.create_topic(unique_topic(), partitions=3, rf=3, configs=MIN_ISR)
+    aggs = prepare(pg)
+    r = start_relayer(relayer, pg, cluster.bootstrap, topic)
+    load = Load(pg, aggs, seed=hash(topic))
+    load.start()
+    keep_running(r, 3)
+    downtimes = []
+    for b in sorted(cluster.brokers_by_id):
+        at_stop = sum(high_watermarks(cluster.bootstrap, topic).values())
+        t0 = time.monotonic()
+        cluster.stop(b)
+
+        # With min.insync.replicas=2 of 3 one broker down takes nothing
+        # away: records go on arriving while it is down.
+        def grown():
+            assert r.running(), "relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail())
+            return sum(high_watermarks(cluster.bootstrap, topic).values()) > at_stop
+        wait_until(grown, 60, interval=0.5,
+                   message="records while broker %d is down" % b)
+        cluster.start(b)
+        for p in range(3):
+            cluster.wait_isr(topic, p, 3, timeout=90)
+        downtimes.append(time.monotonic() - t0)
+        keep_running(r, 1)
+    load.stop()
+    committed, records, duplicates = finish(pg, r, cluster.bootstrap, topic, load)
+    print("real kafka: rolling restart of brokers %s (%s s each, until back in every ISR); "
+          "%d events, %d duplicates" % (sorted(cluster.brokers_by_id),
+                                        ", ".join("%.1f" % d for d in downtimes),
+                                        committed, duplicates))

@@ -95,6 +95,9 @@ struct options_spec {
     /* Takes the argument of -X (NULL when it is missing): 0, or -1 with err.
      * Each program words its own messages. */
     int (*set_kafka_arg)(void *cfg, const char *kv, char *err, size_t errlen);
+    /* Prints the libraries the program runs with after --version's first
+     * line (NULL: nothing). */
+    void (*print_libraries)(void);
 };
 
 /* The option named by the len bytes at name, or NULL. Case-insensitive and

@@ -89,4 +89,7 @@ void pgconn_error(const PGconn *conn, char *buf, size_t cap);
 /* pgconn_failure(NULL, res, ...). NULL res: "out of memory". */
 void pgconn_result_error(const PGresult *res, char *buf, size_t cap);
 
+/* Prints "libpq <major>.<minor>" to stdout (--version). */
+void pgconn_print_library(void);
+
 #endif
