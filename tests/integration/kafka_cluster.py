@@ -27,7 +27,7 @@ the data dirs, so nothing outlives pytest.
 Run as a program it serves one cluster until SIGTERM/SIGINT or until its
 parent is gone, for tests/run.sh to share between pytest workers:
 
-  python3 tests/integration/kafka_cluster.py serve --nodes 3 --bootstrap-file F
+  python3 tests/integration/kafka_cluster.py serve --nodes 3 --bootstrap-file F [--topic NAME:PARTITIONS]...
 
 It writes the bootstrap servers to F once every broker is up, or exits 3
 with the reason when Maven Central cannot be reached.
@@ -582,6 +582,8 @@ def _serve(argv):
     ap = argparse.ArgumentParser(prog="kafka_cluster.py serve")
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--bootstrap-file", required=True)
+    ap.add_argument("--topic", action="append", default=[], metavar="NAME:PARTITIONS",
+                    help="a topic to create before the bootstrap file is written")
     args = ap.parse_args(argv)
     stop = threading.Event()
 
@@ -596,6 +598,9 @@ def _serve(argv):
         print(str(e), file=sys.stderr)
         return 3
     try:
+        for t in args.topic:
+            name, _, parts = t.partition(":")
+            cluster.create_topic(name, partitions=int(parts or 1))
         tmp = args.bootstrap_file + ".tmp"
         with open(tmp, "w") as f:
             f.write(cluster.bootstrap + "\n")

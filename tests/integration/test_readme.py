@@ -15,6 +15,8 @@ import subprocess
 
 import pytest
 
+from kafka_fixtures import _unavailable
+
 from harness import REPO_ROOT, build_dir
 
 
@@ -37,7 +39,7 @@ def demo_processes(work_dir):
     return set(p.stdout.split())
 
 
-@pytest.mark.parametrize("demo_plugin", ["default", "pgoutput", "server-defaults"])
+@pytest.mark.parametrize("demo_plugin", ["default", "pgoutput", "server-defaults", "real-kafka"])
 def test_demo_end_to_end(demo_plugin):
     # The setup step (apt-get + build) is what tests/run.sh has just done;
     # skip it here so that the test runs against the build under test.
@@ -49,6 +51,10 @@ def test_demo_end_to_end(demo_plugin):
         # A server nobody configured: output_plugin_libraries refuses
         # wal2json, and the relayer's default still relays (pgoutput).
         env["DEMO_SERVER_DEFAULTS"] = "1"
+    if demo_plugin == "real-kafka":
+        if os.environ.get("OUTBOX_TEST_KAFKA_UNAVAILABLE"):
+            _unavailable(os.environ["OUTBOX_TEST_KAFKA_UNAVAILABLE"])
+        env["DEMO_KAFKA"] = "real"
     cmd = readme_commands()[0].split()
     p = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=180)
@@ -58,6 +64,9 @@ def test_demo_end_to_end(demo_plugin):
     m = re.search(r"(\d+) orders committed, (\d+) rolled back", out)
     assert m and int(m.group(1)) >= 3 and int(m.group(2)) >= 1, out[-3000:]
     assert re.search(r"committed orders missing: 0; rolled-back orders present: 0", out)
+    if demo_plugin == "real-kafka":
+        assert re.search(r"Apache Kafka broker at 127\.0\.0\.1:\d+, topic 'order'", out), out[-3000:]
+        assert "% ERROR" not in out, out[-3000:]
     if demo_plugin == "server-defaults":
         assert "does not name wal2json, so the new slot uses PostgreSQL's built-in pgoutput" \
             in out, out[-3000:]

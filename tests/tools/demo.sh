@@ -21,6 +21,9 @@
 #      DEMO_PLUGIN (the relayer's --plugin: wal2json or pgoutput; unset, the
 #      relayer's default: wal2json where the server allows it, else pgoutput;
 #      the publication is sql/008_publication.sql's, loaded with the schema),
+#      DEMO_KAFKA=real (Apache Kafka 4.x, one KRaft broker from Maven Central
+#      via tests/tools/kafka.sh, instead of the mock cluster; first run
+#      fetches ~80 MB),
 #      DEMO_SERVER_DEFAULTS=1 (PostgreSQL's output_plugin_libraries left at
 #      its default, which refuses wal2json; otherwise it names wal2json, as
 #      docs/operations.md says).
@@ -34,6 +37,8 @@ DEMO_SECONDS=${DEMO_SECONDS:-0}
 DEMO_INTERVAL=${DEMO_INTERVAL:-1}
 DEMO_ROLLBACK_EVERY=${DEMO_ROLLBACK_EVERY:-4}
 DEMO_PLUGIN=${DEMO_PLUGIN:-}
+DEMO_KAFKA=${DEMO_KAFKA:-mock}
+case $DEMO_KAFKA in mock | real) ;; *) echo "DEMO_KAFKA: mock or real" >&2; exit 2 ;; esac
 [ -z "${DEMO_SERVER_DEFAULTS:-}" ] || export PGL_SERVER_DEFAULTS=1
 
 # shellcheck source=tests/tools/pglib.sh
@@ -63,6 +68,7 @@ chmod 755 "$WORK"   # the postgres user must reach the cluster dir inside
 PGDIR=$WORK/pg
 PGPORT=
 MB_PID=
+KAFKA_PID=
 MB_W=
 RELAY_PID=
 VIEW_PID=
@@ -74,7 +80,10 @@ cleanup() {
     [ "$CLEANED" -eq 1 ] && return
     CLEANED=1
     trap '' INT TERM
-    [ -n "$VIEW_PID" ] && kill -TERM -- "-$VIEW_PID" 2>/dev/null
+    if [ -n "$VIEW_PID" ]; then
+        kill -TERM -- "-$VIEW_PID" 2>/dev/null
+        wait "$VIEW_PID" 2>/dev/null   # gone before the broker stops under it
+    fi
     if [ -n "$RELAY_PID" ] && kill -0 "$RELAY_PID" 2>/dev/null; then
         say "stopping outbox-relay (SIGTERM: it waits for outstanding deliveries and confirms them)"
         kill -TERM "$RELAY_PID" 2>/dev/null
@@ -82,6 +91,12 @@ cleanup() {
         kill -KILL "$RELAY_PID" 2>/dev/null
         wait "$RELAY_PID" 2>/dev/null
         say "outbox-relay exited with status $?"
+    fi
+    if [ -n "${KAFKA_PID:-}" ]; then
+        kill -TERM "$KAFKA_PID" 2>/dev/null
+        for _ in $(seq 1 300); do kill -0 "$KAFKA_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$KAFKA_PID" 2>/dev/null
+        wait "$KAFKA_PID" 2>/dev/null
     fi
     if [ -n "$MB_PID" ]; then
         [ -n "$MB_W" ] && { echo quit >&"$MB_W"; } 2>/dev/null
@@ -124,6 +139,22 @@ CREATE TABLE IF NOT EXISTS public.orders (
 SQL
 
 # --- Kafka-protocol broker --------------------------------------------------------
+if [ "$DEMO_KAFKA" = real ]; then
+    # A real Apache Kafka broker (KRaft), served until this script stops it;
+    # its JVM dies with the server process (tests/integration/kafka_cluster.py).
+    say "starting Apache Kafka (one KRaft broker; tests/tools/kafka.sh fetches it from Maven Central once)"
+    setsid /usr/bin/python3 "$REPO/tests/integration/kafka_cluster.py" serve --nodes 1 \
+        --bootstrap-file "$WORK/kafka.bootstrap" --topic order:4 >"$WORK/kafka.log" 2>&1 &
+    KAFKA_PID=$!
+    for _ in $(seq 1 3000); do
+        [ -s "$WORK/kafka.bootstrap" ] && break
+        kill -0 "$KAFKA_PID" 2>/dev/null || die "Kafka did not start: $(tail -5 "$WORK/kafka.log")"
+        sleep 0.1
+    done
+    [ -s "$WORK/kafka.bootstrap" ] || die "Kafka did not start within 300 s: $(tail -5 "$WORK/kafka.log")"
+    BOOTSTRAP=$(cat "$WORK/kafka.bootstrap")
+    say "Apache Kafka broker at $BOOTSTRAP, topic 'order' with 4 partitions"
+else
 # setsid: Ctrl-C goes to this script only, which then stops everything in order.
 # LD_PRELOAD: TCP_NODELAY on its connections, as a real broker has them
 # (tests/tools/nodelay_preload.c).
@@ -138,6 +169,7 @@ echo "topic order 4" >&"$MB_W"
 read -r -t 15 answer <&"$MB_R"
 [ "$answer" = ok ] || die "mock-broker: topic order: $answer"
 say "Kafka-protocol broker (librdkafka mock cluster) at $BOOTSTRAP, topic 'order' with 4 partitions"
+fi
 
 # --- outbox-relay --------------------------------------------------------------------
 DSN="host=127.0.0.1 port=$PGPORT dbname=postgres user=outbox_relay"
@@ -218,7 +250,7 @@ SQL
 done
 trap '' INT TERM
 
-kill -0 "$MB_PID" 2>/dev/null || say "note: mock-broker is not running any more"
+[ "$DEMO_KAFKA" = real ] || kill -0 "$MB_PID" 2>/dev/null || say "note: mock-broker is not running any more"
 # --- outcome -----------------------------------------------------------------------
 committed=$(wc -l <"$WORK/committed")
 rolled=$(wc -l <"$WORK/rolled_back")
