@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "outbox_relay/core/backfill_ckpt.h"
 #include "outbox_relay/relay/backfill.h"
 
 static void test_states(void)
