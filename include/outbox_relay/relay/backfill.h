@@ -45,6 +45,10 @@
  * Ownership: a struct backfill owns its lock connection (kept open between
  * attempts, closed by backfill_free) and, during backfill_run, one more
  * ordinary connection that reads the rows. Both use libpq's connect_timeout.
+ *
+ * Files: backfill.c (the lock and the marker), backfill_run.c (a run),
+ * backfill_rows.c (a row into an event); the checkpoint queue that decides
+ * backfill_done_id is core/backfill_ckpt.h.
  */
 #ifndef OUTBOX_RELAY_BACKFILL_H
 #define OUTBOX_RELAY_BACKFILL_H
