@@ -323,19 +323,6 @@ static int check_publication_name(const char *name, char *err, size_t errlen)
     return 0;
 }
 
-bool config_ident_ok(const char *s, size_t n)
-{
-    if (n == 0 || n > 63)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-              (i > 0 && c >= '0' && c <= '9') || (i > 0 && c == '$')))
-            return false;
-    }
-    return true;
-}
-
 /* librdkafka's default for queue.buffering.max.messages (2.0 and later). */
 #define RDKAFKA_QUEUE_MAX_MESSAGES 100000
 #define RDKAFKA_QUEUE_MAX_KBYTES 1048576L

@@ -1,7 +1,9 @@
 /*
  * config_columns.c — the relayer's column options (--layout, --column-*,
  * --header-column and the {column}s of --topic) into the column map of
- * struct relay_config (see config.h). Pure.
+ * struct relay_config (see config.h), and the plain-identifier check that
+ * these and the --table name share (config_ident_ok). Pure. config.c calls
+ * into this file; nothing here calls back into config.c.
  */
 #include "outbox_relay/config/config.h"
 
@@ -12,6 +14,19 @@
 #include <strings.h>
 
 #include "outbox_relay/kafka/topic.h"
+
+bool config_ident_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+              (i > 0 && c >= '0' && c <= '9') || (i > 0 && c == '$')))
+            return false;
+    }
+    return true;
+}
 
 /* A column option's value: the layout's default when not given, NULL for
  * "" or "none" (only where none_ok). */

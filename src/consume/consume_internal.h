@@ -1,5 +1,5 @@
 /*
- * consume_internal.h — what the consumer's three files share, and nothing
+ * consume_internal.h — what the consumer's files share, and nothing
  * the library's users see (their header is include/outbox_relay/consume/consumer.h).
  *
  *   consumer.c       the loop, the Kafka callbacks (errors, rebalances) and
@@ -12,15 +12,17 @@
  *                    apply statements and COMMIT in one round trip, no
  *                    savepoints; a data error falls back to consume_batch.c's
  *                    message-by-message form
+ *   consume_msg.c    what both apply paths share: a message's view as
+ *                    strings, the verdict on our own statements' failures
  *   consume_pg.c     the PostgreSQL connection: connect, the type of
  *                    processed_events.event_id, on_connect, loss, one
  *                    statement, how a failure is classified
  *   consume_ids.c    which event ids that column can hold (pure)
  *
- * Dependencies: consumer.c → consume_batch.c → consume_pg.c; consume_batch.c
- * hands a batch to consume_pipe.c first when o.apply_stmt is set, and
- * consume_pipe.c uses consume_batch.c's message views and its treatment of
- * our own statements' failures (consume_view_make, consume_own_failed).
+ * Dependencies, one way: consumer.c → consume_batch.c → consume_pipe.c
+ * (first, when o.apply_stmt is set) → consume_msg.c → consume_pg.c →
+ * consume_ids.c; consume_batch.c also calls consume_msg.c and consume_pg.c
+ * directly. Nothing below calls back up.
  * One thread: every function here runs in the thread of consumer_run().
  */
 #ifndef OUTBOX_RELAY_CONSUME_INTERNAL_H
@@ -154,7 +156,7 @@ bool consume_id_fits(const struct consume_idcol *col, const char *id);
 void consume_id_refusal(const struct consume_idcol *col, const char *id,
                         struct consumer_failure *why);
 
-/* ---- consume_batch.c ---- */
+/* ---- consume_msg.c ---- */
 
 /* Fills v from a Kafka message (the event id rules of consumer.h). Returns
  * 0, or -1 when out of memory (v then holds nothing to free). */
@@ -168,6 +170,8 @@ void consume_view_free(struct msg_view *v);
  * anything else cannot be fixed by retrying (APPLY_FATAL, c->errstr set). */
 enum apply_rc consume_own_failed(struct consumer *c, const char *what,
                                  const struct consumer_failure *why);
+
+/* ---- consume_batch.c ---- */
 
 /* Applies the batch in progress, retrying transient failures. Returns true
  * when the batch is done (applied and offsets committed, or halted/fatal);

@@ -1,7 +1,7 @@
 /*
- * backfill_ckpt.c — the backfill's checkpoint queue (backfill.h,
- * struct backfill_progress): which row ids are safe to record as done once
- * Kafka has acknowledged that many rows. Pure.
+ * backfill_ckpt.c — the backfill's checkpoint queue (backfill_ckpt.h):
+ * which row ids are safe to record as done once Kafka has acknowledged
+ * that many rows. Pure.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/relay/backfill.h"
+#include "outbox_relay/core/backfill_ckpt.h"
 
 void backfill_progress_note(struct backfill_progress *q, uint64_t n, const char *id)
 {

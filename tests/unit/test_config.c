@@ -390,8 +390,29 @@ static void test_layouts(void)
                  "--envelope", "cloudevents", "--ce-source", "my source");
 }
 
+/* The plain-identifier rule shared by --table and the column options. */
+static void test_ident_ok(void)
+{
+    CHECK(config_ident_ok("id", 2));
+    CHECK(config_ident_ok("event_no", 8));
+    CHECK(config_ident_ok("_x$1", 4));
+    CHECK(config_ident_ok("idx", 2)); /* only the first n bytes count */
+    CHECK(!config_ident_ok("", 0));
+    CHECK(!config_ident_ok("1a", 2));
+    CHECK(!config_ident_ok("$a", 2));
+    CHECK(!config_ident_ok("a-b", 3));
+    CHECK(!config_ident_ok("a b", 3));
+    CHECK(!config_ident_ok("\"id\"", 4));
+    char name[65];
+    memset(name, 'a', 64);
+    name[64] = '\0';
+    CHECK(config_ident_ok(name, 63));
+    CHECK(!config_ident_ok(name, 64));
+}
+
 int main(void)
 {
+    test_ident_ok();
     test_layouts();
     test_defaults();
     test_precedence();

@@ -110,7 +110,7 @@ const char *config_kafka_get(const struct relay_config *cfg, const char *key);
 void config_register_secrets(const struct relay_config *cfg);
 
 /* Whether the n bytes at s are a plain identifier: 1 to 63 of letters,
- * '_', then digits and '$' too. */
+ * '_', then digits and '$' too (config_columns.c). */
 bool config_ident_ok(const char *s, size_t n);
 
 /* --layout and --column-* into cfg->columns (the layout's defaults for

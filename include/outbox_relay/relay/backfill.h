@@ -45,6 +45,10 @@
  * Ownership: a struct backfill owns its lock connection (kept open between
  * attempts, closed by backfill_free) and, during backfill_run, one more
  * ordinary connection that reads the rows. Both use libpq's connect_timeout.
+ *
+ * Files: backfill.c (the lock and the marker), backfill_run.c (a run),
+ * backfill_rows.c (a row into an event); the checkpoint queue that decides
+ * backfill_done_id is core/backfill_ckpt.h.
  */
 #ifndef OUTBOX_RELAY_BACKFILL_H
 #define OUTBOX_RELAY_BACKFILL_H
@@ -53,8 +57,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "outbox_relay/decode/w2j.h"
 #include "outbox_relay/base/lsn.h"
+#include "outbox_relay/core/backfill_ckpt.h" /* BACKFILL_ID_MAX, the checkpoint queue */
+#include "outbox_relay/decode/w2j.h"
 
 /* The first key of the advisory lock; the second is hashtext(slot). */
 #define BACKFILL_LOCK_CLASS 0x6f627266 /* "obrf" */
@@ -107,35 +112,6 @@ struct backfill_sink {
     void (*progress)(void *ctx, const struct progress *p, bool active);
     void *ctx;
 };
-
-/* A run's progress, pure: after each fetched batch, note (n, id): rows 1..n
- * of the run have been emitted, the n-th with the batch's last id. Given
- * how many rows are acknowledged in order (every row 1..acked),
- * backfill_progress_done yields the newest noted id all of whose rows are
- * acknowledged: every row of the run with an id up to it was delivered,
- * because rows are emitted in id order. Checkpoints are dropped once
- * passed. */
-#define BACKFILL_ID_MAX 64 /* longest id text a checkpoint holds */
-struct backfill_ckpt {
-    uint64_t n;
-    char id[BACKFILL_ID_MAX];
-};
-struct backfill_progress {
-    struct backfill_ckpt *v;
-    size_t head, tail, cap;
-};
-
-/* Notes a checkpoint. An id too long to hold, or no memory, skips it (a
- * later one covers its rows): progress is only recorded later, never
- * wrongly. */
-void backfill_progress_note(struct backfill_progress *p, uint64_t n, const char *id);
-
-/* Pops every checkpoint with n <= acked; copies the newest popped id into
- * done_id (capacity BACKFILL_ID_MAX) and returns true, or false when none
- * was passed. */
-bool backfill_progress_done(struct backfill_progress *p, uint64_t acked, char *done_id);
-
-void backfill_progress_free(struct backfill_progress *p);
 
 struct backfill;
 
