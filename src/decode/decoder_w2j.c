@@ -150,7 +150,7 @@ static int append_opt(char *buf, size_t cap, size_t *n, const char *name, const 
 /* The options of START_REPLICATION (stream.c asks for them). A
  * partitioned outbox asks for every table of its schema (wal2json names
  * the leaf partition) and the xid of every transaction, so that the relayer
- * can tell which catalog changes it has seen commit (partition.h). */
+ * can tell which catalog changes it has seen commit (pg/partition.h). */
 static int w2j_start_options(const struct decoder_slot *slot, char *buf, size_t cap)
 {
     char tables[300];
