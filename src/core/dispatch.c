@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/pg/partition.h"
+#include "outbox_relay/core/partition_rule.h"
 #include "outbox_relay/core/tracker.h"
-#include "outbox_relay/decode/w2j.h" /* struct outbox_event */
+#include "outbox_relay/decode/outbox_event.h"
 
 struct dispatch {
     struct dispatch_options opts;
@@ -101,7 +101,7 @@ static int outbox_row(struct dispatch *d, const struct decoder_record *rec)
     if (!d->partitioned)
         return 0;
     /* Decided as of the row's commit, not by today's catalog alone
-     * (partition.h). */
+     * (partition_rule.h). */
     char why[1536];
     int member = d->ops.member(d->ops.ctx, rec, why, sizeof why);
     if (member == PARTITION_UNKNOWN)

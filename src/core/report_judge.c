@@ -3,7 +3,7 @@
  */
 #include "outbox_relay/core/report_judge.h"
 
-#include "outbox_relay/kafka/deadletter.h"
+#include "outbox_relay/core/deadletter_judge.h"
 
 enum report_verdict report_judge(const struct report_facts *f)
 {

@@ -4,7 +4,7 @@
  */
 #include "outbox_relay/decode/decoder.h"
 
-#include "outbox_relay/pg/partition.h"
+#include <string.h>
 
 void decoder_free(struct decoder *d)
 {
@@ -24,7 +24,7 @@ bool decoder_uses_publication(const struct decoder *d)
 
 bool decoder_names_root(const struct decoder *d)
 {
-    return d->ops->member == NULL;
+    return d->ops->names_root;
 }
 
 const char *decoder_package(const struct decoder *d)
@@ -50,12 +50,24 @@ int decoder_event(struct decoder *d, const struct decoder_record *rec, struct ou
     return d->ops->event(d, rec, ev, err, errlen);
 }
 
-int decoder_member(struct decoder *d, const struct decoder_record *rec,
-                   struct partition_map *pm, char *err, size_t errlen)
+bool decoder_shaped(struct decoder *d, const struct decoder_record *rec)
 {
-    if (d->ops->member == NULL)
-        return PARTITION_NO;
-    return d->ops->member(d, rec, pm, err, errlen);
+    return rec->kind == DECODER_INSERT && d->ops->shaped(d, rec);
+}
+
+int decoder_table_name(struct decoder *d, const struct decoder_record *rec, char *buf,
+                       size_t cap)
+{
+    if (rec->kind != DECODER_INSERT || cap == 0)
+        return -1;
+    if (d->ops->table_name != NULL)
+        return d->ops->table_name(d, rec, buf, cap);
+    if (rec->table == NULL || rec->table_len == 0 || rec->table_len >= cap ||
+        memchr(rec->table, '\0', rec->table_len) != NULL)
+        return -1;
+    memcpy(buf, rec->table, rec->table_len);
+    buf[rec->table_len] = '\0';
+    return (int) rec->table_len;
 }
 
 int decoder_describe(struct decoder *d, const struct decoder_record *rec, const char **out,

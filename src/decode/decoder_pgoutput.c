@@ -15,7 +15,8 @@
  * timestamptz in the walsender's TimeZone, with nothing to unescape. With
  * publish_via_partition_root a partitioned outbox's rows arrive under the
  * root's name and OID (the server sends the leaf's Relation too, which the
- * cache keeps and nothing uses): no member callback.
+ * cache keeps and nothing uses): the decoder names rows under the root
+ * (decoder_names_root), so no catalog lookup is ever asked for.
  */
 #include "outbox_relay/decode/decoder.h"
 
@@ -288,6 +289,22 @@ static int pgo_event(struct decoder *d, const struct decoder_record *rec,
                              type >= 0x20 && type < 0x7f ? type : '?');
 }
 
+/* The relation of the last insert has every needed column (by name, as
+ * the Relation frame sent it). */
+static bool pgo_shaped(struct decoder *d, const struct decoder_record *rec)
+{
+    const struct decoder_pgo *g = (const struct decoder_pgo *) d;
+    const char *need[OUTBOX_NEEDED_COLUMNS];
+    (void) rec; /* the record of the last frame, which g->msg holds */
+    if (g->msg.type != 'I')
+        return false;
+    outbox_columns_needed(d->columns, need);
+    for (size_t k = 0; k < OUTBOX_NEEDED_COLUMNS; k++)
+        if (need[k] != NULL && pgo_column_index(g->msg.rel, need[k]) < 0)
+            return false;
+    return true;
+}
+
 static int pgo_start_options(const struct decoder_slot *slot, char *buf, size_t cap)
 {
     const char *pub = slot->publication && *slot->publication ? slot->publication
@@ -408,10 +425,11 @@ static const struct decoder_ops PGO_OPS = {
     .plugin = "pgoutput",
     .package = "none: pgoutput is built into PostgreSQL (10 and later)",
     .publication = true,
+    .names_root = true,
     .start_options = pgo_start_options,
     .decode = pgo_decode,
     .event = pgo_event,
-    .member = NULL,
+    .shaped = pgo_shaped,
     .describe = pgo_describe,
     .free = pgo_free,
 };

@@ -13,8 +13,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "outbox_relay/pg/partition.h"
+#include "outbox_relay/decode/outbox_event.h"
 #include "outbox_relay/decode/w2j.h"
 
 struct decoder_w2j {
@@ -96,11 +97,44 @@ static int w2j_event(struct decoder *d, const struct decoder_record *rec,
     return w2j_event_decode(&w->rec, d->columns, &w->scratch, ev, err, errlen);
 }
 
-static int w2j_member(struct decoder *d, const struct decoder_record *rec,
-                      struct partition_map *pm, char *err, size_t errlen)
+/* A column name equal to s as is (an escaped one is not). */
+static bool name_is(const struct w2j_value *v, const char *s)
 {
-    struct decoder_w2j *w = (struct decoder_w2j *) d;
-    return partition_member(pm, &w->rec, rec->wal_start, err, errlen);
+    size_t n = strlen(s);
+    return v->type == W2J_STRING && !v->escaped && v->len == n && memcmp(v->ptr, s, n) == 0;
+}
+
+static bool w2j_shaped(struct decoder *d, const struct decoder_record *rec)
+{
+    const struct w2j_record *r = &((struct decoder_w2j *) d)->rec;
+    (void) rec; /* the same line as w->rec */
+    const char *need[OUTBOX_NEEDED_COLUMNS];
+    unsigned found = 0;
+    outbox_columns_needed(d->columns, need);
+    for (size_t i = 0; i < r->ncolumns; i++)
+        for (size_t k = 0; k < OUTBOX_NEEDED_COLUMNS; k++)
+            if (need[k] != NULL && name_is(&r->columns[i].name, need[k]))
+                found |= 1u << k;
+    for (size_t k = 0; k < OUTBOX_NEEDED_COLUMNS; k++)
+        if (need[k] != NULL && !(found & (1u << k)))
+            return false;
+    return true;
+}
+
+/* The insert's table name, unescaped (decoder_record.table is NULL for an
+ * escaped one, so that it matches no configured name; a partition's
+ * catalog lookup needs it as it is). */
+static int w2j_table_name(struct decoder *d, const struct decoder_record *rec, char *buf,
+                          size_t cap)
+{
+    const struct w2j_value *t = &((struct decoder_w2j *) d)->rec.table;
+    size_t n;
+    (void) rec;
+    if (cap == 0 || t->type != W2J_STRING || w2j_unescape(t, buf, cap - 1, &n) < 0 ||
+        n == 0 || memchr(buf, '\0', n) != NULL)
+        return -1;
+    buf[n] = '\0';
+    return (int) n;
 }
 
 /* Appends `"name" 'value'` to buf. */
@@ -116,7 +150,7 @@ static int append_opt(char *buf, size_t cap, size_t *n, const char *name, const 
 /* The options of START_REPLICATION (stream.c asks for them). A
  * partitioned outbox asks for every table of its schema (wal2json names
  * the leaf partition) and the xid of every transaction, so that the relayer
- * can tell which catalog changes it has seen commit (partition.h). */
+ * can tell which catalog changes it has seen commit (pg/partition.h). */
 static int w2j_start_options(const struct decoder_slot *slot, char *buf, size_t cap)
 {
     char tables[300];
@@ -155,7 +189,8 @@ static const struct decoder_ops W2J_OPS = {
     .start_options = w2j_start_options,
     .decode = w2j_decode,
     .event = w2j_event,
-    .member = w2j_member,
+    .shaped = w2j_shaped,
+    .table_name = w2j_table_name,
     .free = w2j_free,
 };
 

@@ -22,6 +22,17 @@ const struct outbox_columns_map OUTBOX_DEFAULT_COLUMNS = {.id = "id",
                                                     .payload = "payload",
                                                     .created_at = "created_at"};
 
+void outbox_columns_needed(const struct outbox_columns_map *map,
+                           const char *names[OUTBOX_NEEDED_COLUMNS])
+{
+    const struct outbox_columns_map *m = map != NULL ? map : &OUTBOX_DEFAULT_COLUMNS;
+    names[0] = m->id;
+    names[1] = m->aggregate_id;
+    names[2] = m->type;
+    names[3] = m->payload;
+    names[4] = m->created_at;
+}
+
 int outbox_columns_extra_index(const struct outbox_columns_map *map, const char *name)
 {
     for (size_t i = 0; i < map->nextra; i++)

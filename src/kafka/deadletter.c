@@ -1,6 +1,6 @@
 /*
- * deadletter.c — the dead-letter policy, queue and record (see
- * deadletter.h).
+ * deadletter.c — the dead-letter queue and record, and their sending (see
+ * deadletter.h). Everything but deadletter_produce is memory only.
  */
 #include "outbox_relay/kafka/deadletter.h"
 
@@ -9,16 +9,6 @@
 #include <string.h>
 
 #include "outbox_relay/kafka/sink.h"
-
-enum deadletter_verdict deadletter_judge(bool policy_dead_letter, bool poison, bool rewinding,
-                                         bool to_dead_letter_topic)
-{
-    if (poison && rewinding)
-        return DEADLETTER_SKIP;
-    if (policy_dead_letter && poison && !to_dead_letter_topic)
-        return DEADLETTER_SEND;
-    return DEADLETTER_HALT;
-}
 
 void deadletter_job_free(struct deadletter_job *j)
 {

@@ -1,10 +1,8 @@
 /*
- * partition.c — membership of a partitioned outbox (see partition.h for the
- * rule and why it is exact).
- *
- * The decision (partition_decide) and the record shape test are pure; the
- * map around them owns one ordinary connection for the catalog lookups and
- * a cache of answers by table name.
+ * partition.c — membership of a partitioned outbox (see partition.h): the
+ * catalog lookup of the rule's step 1 and a cache of answers by table name,
+ * around the pure decision of core/partition_rule.h. Owns one ordinary
+ * connection for the lookups.
  */
 #include "outbox_relay/pg/partition.h"
 
@@ -23,128 +21,6 @@
 #define SEEN_CAPACITY (1u << 20) /* commits remembered: 16 MiB at most */
 #define NAME_MAX_LEN 256
 
-/* ---- commits seen ------------------------------------------------------ */
-
-struct seen_entry {
-    uint32_t xid;
-    lsn_t commit_end;
-};
-
-struct partition_seen {
-    struct seen_entry *ring;
-    size_t cap, max, head, len; /* head: index of the oldest */
-};
-
-struct partition_seen *partition_seen_new(size_t capacity)
-{
-    struct partition_seen *s = calloc(1, sizeof *s);
-    if (s == NULL)
-        return NULL;
-    s->max = capacity ? capacity : 1;
-    s->cap = s->max < 1024 ? s->max : 1024;
-    s->ring = malloc(s->cap * sizeof *s->ring);
-    if (s->ring == NULL) {
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
-void partition_seen_free(struct partition_seen *s)
-{
-    if (s == NULL)
-        return;
-    free(s->ring);
-    free(s);
-}
-
-void partition_seen_add(struct partition_seen *s, uint32_t xid, lsn_t commit_end)
-{
-    if (s->len == s->cap && s->cap < s->max) {
-        size_t ncap = s->cap * 2 > s->max ? s->max : s->cap * 2;
-        struct seen_entry *n = malloc(ncap * sizeof *n);
-        if (n != NULL) {
-            for (size_t i = 0; i < s->len; i++)
-                n[i] = s->ring[(s->head + i) % s->cap];
-            free(s->ring);
-            s->ring = n;
-            s->cap = ncap;
-            s->head = 0;
-        }
-    }
-    if (s->len == s->cap) { /* full: forget the oldest */
-        s->head = (s->head + 1) % s->cap;
-        s->len--;
-    }
-    s->ring[(s->head + s->len) % s->cap] = (struct seen_entry){xid, commit_end};
-    s->len++;
-}
-
-bool partition_seen_before(const struct partition_seen *s, uint32_t xid, lsn_t lsn)
-{
-    /* Newest first: the transactions asked about are usually recent. A
-     * reconnect replays commits, so one xid may be there twice (same
-     * position). */
-    for (size_t i = s->len; i-- > 0;) {
-        const struct seen_entry *e = &s->ring[(s->head + i) % s->cap];
-        if (e->xid == xid && e->commit_end <= lsn)
-            return true;
-    }
-    return false;
-}
-
-/* ---- the decision ------------------------------------------------------ */
-
-int partition_decide(const struct partition_facts *f, const struct partition_seen *seen,
-                     uint32_t tx_xid, lsn_t at, char *why, size_t whylen)
-{
-    if (!f->exists) {
-        snprintf(why, whylen, "no table has that name now: it was renamed or dropped after "
-                 "these rows were written");
-        return PARTITION_UNKNOWN;
-    }
-    if (f->member && f->since_birth)
-        return PARTITION_YES;
-    for (size_t i = 0; i < f->nchain; i++) {
-        uint32_t x = f->xmin[i];
-        if (f->xmin_old[i] || (tx_xid != 0 && x == tx_xid) ||
-            (seen != NULL && partition_seen_before(seen, x, at)))
-            continue;
-        snprintf(why, whylen, "its catalog entry%s was changed by transaction %u, not known "
-                 "to have committed before these rows (a DETACH, ATTACH, RENAME or other ALTER "
-                 "TABLE while the relayer was stopped or behind?)",
-                 i == 0 ? "" : " (of a parent)", x);
-        return PARTITION_UNKNOWN;
-    }
-    return f->member ? PARTITION_YES : PARTITION_NO;
-}
-
-static bool name_is(const struct w2j_value *v, const char *s)
-{
-    size_t n = strlen(s);
-    return v->type == W2J_STRING && !v->escaped && v->len == n && memcmp(v->ptr, s, n) == 0;
-}
-
-bool partition_outbox_shaped(const struct w2j_record *rec)
-{
-    return partition_outbox_shaped_as(rec, NULL);
-}
-
-bool partition_outbox_shaped_as(const struct w2j_record *rec, const struct outbox_columns_map *map)
-{
-    const struct outbox_columns_map *m = map != NULL ? map : &OUTBOX_DEFAULT_COLUMNS;
-    const char *need[] = {m->id, m->aggregate_id, m->type, m->payload, m->created_at};
-    unsigned found = 0;
-    for (size_t i = 0; i < rec->ncolumns; i++)
-        for (size_t k = 0; k < sizeof need / sizeof *need; k++)
-            if (need[k] != NULL && name_is(&rec->columns[i].name, need[k]))
-                found |= 1u << k;
-    for (size_t k = 0; k < sizeof need / sizeof *need; k++)
-        if (need[k] != NULL && !(found & (1u << k)))
-            return false;
-    return true;
-}
-
 /* ---- the map ------------------------------------------------------------ */
 
 struct cached {
@@ -156,7 +32,6 @@ struct cached {
 
 struct partition_map {
     char *dsn, *slot, *schema, *table;
-    const struct outbox_columns_map *columns; /* the outbox's (borrowed) */
     PGconn *conn;
     struct partition_seen *seen;
     struct cached *cache;
@@ -186,11 +61,6 @@ struct partition_map *partition_map_new(const char *dsn, const char *slot, const
         return NULL;
     }
     return pm;
-}
-
-void partition_map_set_columns(struct partition_map *pm, const struct outbox_columns_map *map)
-{
-    pm->columns = map;
 }
 
 void partition_map_free(struct partition_map *pm)
@@ -394,21 +264,20 @@ static struct cached *find(struct partition_map *pm, const char *name)
     return NULL;
 }
 
-int partition_member(struct partition_map *pm, const struct w2j_record *rec, lsn_t at,
-                     char *err, size_t errlen)
+void partition_tx_row(struct partition_map *pm)
 {
     pm->tx_rows = true;
-    if (!partition_outbox_shaped_as(rec, pm->columns))
-        return PARTITION_NO;
-    char name[NAME_MAX_LEN];
-    size_t len;
-    if (rec->table.type != W2J_STRING || rec->table.len >= sizeof name ||
-        w2j_unescape(&rec->table, name, sizeof name - 1, &len) < 0) {
-        snprintf(err, errlen, "table name %.*s cannot be read", (int) rec->table.len,
-                 rec->table.ptr ? rec->table.ptr : "");
+}
+
+int partition_member(struct partition_map *pm, const char *name, lsn_t at, char *err,
+                     size_t errlen)
+{
+    pm->tx_rows = true;
+    if (name == NULL || *name == '\0' || strlen(name) >= NAME_MAX_LEN) {
+        snprintf(err, errlen, "cannot tell whether a table of the schema %s belongs to the "
+                 "outbox: its name cannot be read", pm->schema);
         return PARTITION_UNKNOWN;
     }
-    name[len] = '\0';
     struct cached *c = find(pm, name);
     if (c != NULL && (c->member ? c->gen == pm->gen : c->tx == pm->tx))
         return c->member;

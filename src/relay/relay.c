@@ -89,10 +89,17 @@ static int op_dead_letter(void *ctx, uint64_t token, lsn_t lsn, const struct out
     return rc;
 }
 
+/* The membership rule (partition_rule.h): step 0 is the decoder's, pure;
+ * the catalog lookup is the partition map's, I/O owned by this loop. */
 static int op_member(void *ctx, const struct decoder_record *rec, char *why, size_t whylen)
 {
     struct relay *r = ctx;
-    return decoder_member(r->decoder, rec, r->partitions, why, whylen);
+    char name[256];
+    partition_tx_row(r->partitions);
+    if (!decoder_shaped(r->decoder, rec))
+        return PARTITION_NO;
+    bool named = decoder_table_name(r->decoder, rec, name, sizeof name) >= 0;
+    return partition_member(r->partitions, named ? name : NULL, rec->wal_start, why, whylen);
 }
 
 static void op_tx_begin(void *ctx, int64_t xid)
@@ -146,8 +153,6 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     r->backfill = backfill_new(&bo);
     r->bf_tracker = tracker_new(TRACKER_GROUPS, 0);
     r->partitions = partition_map_new(cfg->dsn, cfg->slot, cfg->table_schema, cfg->table_name);
-    if (r->partitions != NULL)
-        partition_map_set_columns(r->partitions, &r->columns);
     struct dispatch_options dopts = {.slot = cfg->slot, .table_schema = cfg->table_schema,
                                      .table_name = cfg->table_name,
                                      .message_prefix = cfg->message_prefix,

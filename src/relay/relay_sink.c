@@ -14,6 +14,7 @@
 #include "outbox_relay/kafka/event_headers.h"
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/core/metrics.h"
+#include "outbox_relay/core/deadletter_judge.h"
 #include "outbox_relay/core/report_judge.h"
 #include "outbox_relay/kafka/sink.h"
 #include "outbox_relay/pg/stream.h"

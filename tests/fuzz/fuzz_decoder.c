@@ -10,7 +10,10 @@
  *      string around it first), through w2j_event_decode and through
  *      outbox_event_from_envelope (outbox_event.h);
  *   3. as a timestamp string (w2j_timestamp_us and outbox_timestamp_us
- *      must agree) and as an LSN.
+ *      must agree) and as an LSN;
+ *   4. as a line through the decoder interface (decoder.h): an insert's
+ *      shape test (decoder_shaped, default and custom map) and its table
+ *      name (decoder_table_name).
  * The JSON string scanner under all of it (jscan.h) has its own target,
  * fuzz_jscan.c.
  * The input is copied into a buffer of exactly its size so that ASan flags
@@ -18,7 +21,9 @@
  * "handled" abort: spans outside the line or scratch, an escape that the
  * parser accepted but w2j_unescape refuses, an event without a type, a
  * text that w2j_parse unescaped in passing (struct w2j_text) and that
- * differs from what w2j_unescape makes of the same bytes.
+ * differs from what w2j_unescape makes of the same bytes, an insert the
+ * shape test refuses (with no escaped column name) that still maps to an
+ * event, a table name that differs from the record's plain one.
  *
  * Seed corpus: tests/fuzz/corpus/decoder/ (real lines from the golden
  * fixtures). libFuzzer writes new inputs into the first directory it is
@@ -30,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outbox_relay/decode/decoder.h"
 #include "outbox_relay/decode/w2j.h"
 #include "outbox_relay/base/lsn.h"
 
@@ -181,6 +187,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rts != outbox_timestamp_us(line, size, &us2) || (rts == 0 && us != us2))
         abort();
     (void) lsn_parse(line, size, &lsn);
+
+    /* 4. through the decoder interface */
+    static struct decoder *d;
+    if (d == NULL && (d = decoder_w2j_new()) == NULL)
+        abort();
+    struct decoder_record drec;
+    char derr[DECODER_ERRLEN];
+    if (decoder_decode(d, line, size, 0x1000, &drec, derr, sizeof derr) == 0 &&
+        drec.kind == DECODER_INSERT) {
+        /* the same line parsed the same way in step 1: its column names */
+        bool escaped_name = false;
+        for (size_t i = 0; i < rec.ncolumns; i++)
+            escaped_name |= rec.columns[i].name.escaped;
+        d->columns = NULL;
+        bool shaped = decoder_shaped(d, &drec);
+        /* a row the shape test refuses is no event (the event mapping
+         * matches escaped names unescaped; the shape test does not) */
+        if (!shaped && !escaped_name &&
+            decoder_event(d, &drec, &ev, err, sizeof err) == 0)
+            abort();
+        d->columns = &custom;
+        (void) decoder_shaped(d, &drec);
+        char name[256];
+        int n = decoder_table_name(d, &drec, name, sizeof name);
+        if (n >= 0 && (strlen(name) != (size_t) n || n == 0))
+            abort();
+        if (drec.table != NULL && drec.table_len > 0 && drec.table_len < sizeof name &&
+            memchr(drec.table, '\0', drec.table_len) == NULL &&
+            (n != (int) drec.table_len || memcmp(name, drec.table, drec.table_len) != 0))
+            abort(); /* a plain name is itself */
+    }
 
     free(line);
     return 0;

@@ -7,10 +7,14 @@
  * precede the Insert that needs it. Each frame is copied into a buffer of
  * exactly its size (ASan flags any read past the end) and fed to a parser
  * and to a decoder that live for the whole input; every record the decoder
- * maps is mapped to an event. Invariants that abort: a refusal without a
+ * maps is mapped to an event, and every insert asked for its shape
+ * (decoder_shaped, default and custom map) and its table name
+ * (decoder_table_name). Invariants that abort: a refusal without a
  * message or without a byte offset, spans outside the frame or the
  * parser, an Insert whose value count differs from its relation's, an
- * event without a type.
+ * event without a type, an insert the shape test refuses that maps to an
+ * event or one it accepts that misses a column, a table name that is not
+ * the record's.
  *
  * Seed corpus: tests/fuzz/corpus/pgoutput/ (captured frames in this
  * format, tests/fixtures/pgoutput/).
@@ -74,8 +78,23 @@ static void check_event(const struct outbox_event *ev)
         touch(ev->created_at, ev->created_at_len);
 }
 
+/* decoder_table_name of an insert: pgoutput's names are the record's. */
+static void check_table_name(struct decoder *d, const struct decoder_record *rec)
+{
+    char name[256];
+    int n = decoder_table_name(d, rec, name, sizeof name);
+    bool fits = rec->table != NULL && rec->table_len > 0 && rec->table_len < sizeof name &&
+                memchr(rec->table, '\0', rec->table_len) == NULL;
+    if (fits != (n >= 0) ||
+        (n >= 0 && ((size_t) n != rec->table_len || memcmp(name, rec->table, (size_t) n) != 0 ||
+                    name[n] != '\0')))
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static const struct outbox_columns_map custom = {.id = "k", .aggregate_id = "a", .type = "t",
+                                                     .payload = "p"};
     struct pgo_parser p = {0};
     struct decoder *d = decoder_pgoutput_new();
     size_t pos = 0;
@@ -109,11 +128,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char derr[DECODER_ERRLEN];
         derr[0] = '\0';
         if (decoder_decode(d, n ? f : NULL, n, 0x1000, &rec, derr, sizeof derr) == 0) {
+            bool shaped = false;
+            if (rec.kind == DECODER_INSERT) {
+                d->columns = &custom;
+                (void) decoder_shaped(d, &rec);
+                d->columns = NULL;
+                shaped = decoder_shaped(d, &rec);
+                check_table_name(d, &rec);
+            }
             if (rec.kind == DECODER_INSERT || rec.kind == DECODER_MESSAGE) {
                 derr[0] = '\0';
-                if (decoder_event(d, &rec, &ev, derr, sizeof derr) == 0)
+                int rc = decoder_event(d, &rec, &ev, derr, sizeof derr);
+                if (rc == 0)
                     check_event(&ev);
                 else if (derr[0] == '\0')
+                    abort();
+                /* the default map needs exactly the five columns the
+                 * shape test looks for */
+                if (rec.kind == DECODER_INSERT &&
+                    (shaped ? strstr(derr, "missing column") != NULL : rc == 0))
                     abort();
             }
         } else if (derr[0] == '\0') {

@@ -1,8 +1,7 @@
 /*
- * test_deadletter.c — the dead-letter policy (halt, send, skip while a
- * rewind is pending, never a dead letter of a dead letter), the queue of
- * poison reports (copies, order, clear) and the record (headers, a payload
- * too big for message.max.bytes left out).
+ * test_deadletter.c — the queue of poison reports (copies, order, clear)
+ * and the dead-letter record (headers, a payload too big for
+ * message.max.bytes left out). The policy is test_deadletter_judge.c's.
  */
 #include "outbox_relay/kafka/deadletter.h"
 
@@ -12,21 +11,6 @@
 #include "outbox_relay/kafka/sink.h"
 
 #include "check.h"
-
-static void test_judge(void)
-{
-    /* halt policy: every failure halts, unless a rewind judges it later */
-    CHECK_EQ_INT(deadletter_judge(false, true, false, false), DEADLETTER_HALT);
-    CHECK_EQ_INT(deadletter_judge(false, false, false, false), DEADLETTER_HALT);
-    CHECK_EQ_INT(deadletter_judge(false, true, true, false), DEADLETTER_SKIP);
-    /* dead-letter policy: poison is sent, the producer's own failure halts */
-    CHECK_EQ_INT(deadletter_judge(true, true, false, false), DEADLETTER_SEND);
-    CHECK_EQ_INT(deadletter_judge(true, false, false, false), DEADLETTER_HALT);
-    CHECK_EQ_INT(deadletter_judge(true, false, true, false), DEADLETTER_HALT);
-    CHECK_EQ_INT(deadletter_judge(true, true, true, false), DEADLETTER_SKIP);
-    /* a dead letter that is poison itself is not dead-lettered again */
-    CHECK_EQ_INT(deadletter_judge(true, true, false, true), DEADLETTER_HALT);
-}
 
 static void test_queue(void)
 {
@@ -105,7 +89,6 @@ static void test_build(void)
 
 int main(void)
 {
-    test_judge();
     test_queue();
     test_build();
     CHECK_DONE();

@@ -13,7 +13,6 @@
 
 #include "outbox_relay/decode/decoder.h"
 #include "outbox_relay/decode/outbox_event.h"
-#include "outbox_relay/pg/partition.h"
 
 struct copy {
     int ok;
@@ -206,11 +205,9 @@ static void test_partitioned(void)
     CHECK(r.nev == 2 && is(r.ev[1].field[1], r.ev[1].len[1], "part.next_month"));
     run_free(&r);
 
-    /* no member callback: a foreign table is never a member */
+    /* rows under the root: no catalog lookup is ever asked for */
     struct decoder *d = decoder_pgoutput_new();
-    struct decoder_record rec = {0};
-    char err[DECODER_ERRLEN];
-    CHECK_EQ_INT(decoder_member(d, &rec, NULL, err, sizeof err), PARTITION_NO);
+    CHECK(decoder_names_root(d));
     decoder_free(d);
 }
 
@@ -422,6 +419,63 @@ static void test_layouts(void)
     decoder_free(d);
 }
 
+/* decoder_shaped (step 0 of partition_rule.h) by the relation's column
+ * names, with the default layout and a mapped one; decoder_table_name. */
+static void test_shaped(void)
+{
+    static const char *const outbox[] = {"id", "aggregate_id", "type", "payload",
+                                         "created_at", "dispatched_at"};
+    static const uint32_t outbox_oids[] = {20, 25, 25, 3802, 1184, 1184};
+    static const char *const orders[] = {"id", "type", "created_at"};
+    static const uint32_t orders_oids[] = {20, 25, 1184};
+    static const char *const dbz[] = {"id", "aggregatetype", "aggregateid", "type", "payload"};
+    static const uint32_t dbz_oids[] = {2950, 1043, 1043, 1043, 17};
+    static const char *const v6[] = {"1", "a", "t.x", "{}", NULL, NULL};
+    static const char *const v5[] = {"u-1", "order", "o-1", "Created", "\\x"};
+    static const char *const v3[] = {"1", "x", NULL};
+    struct decoder *d = decoder_pgoutput_new();
+    struct decoder_record rec;
+    char err[DECODER_ERRLEN], name[64];
+    static struct frame f;
+
+    relation(&f, 16401, "p1", outbox, outbox_oids, 6);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0, &rec, err, sizeof err), 0);
+    CHECK(!decoder_shaped(d, &rec)); /* a Relation frame is no insert */
+    relation(&f, 16402, "orders", orders, orders_oids, 3);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0, &rec, err, sizeof err), 0);
+    relation(&f, 16403, "p2", dbz, dbz_oids, 5);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0, &rec, err, sizeof err), 0);
+
+    /* the default layout (d->columns NULL) */
+    insert(&f, 16401, v6, 6);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x100, &rec, err, sizeof err), 0);
+    CHECK(decoder_shaped(d, &rec));
+    CHECK_EQ_INT(decoder_table_name(d, &rec, name, sizeof name), 2);
+    CHECK(strcmp(name, "p1") == 0);
+    CHECK_EQ_INT(decoder_table_name(d, &rec, name, 2), -1);
+    insert(&f, 16402, v3, 3);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x200, &rec, err, sizeof err), 0);
+    CHECK(!decoder_shaped(d, &rec)); /* a business table */
+    insert(&f, 16403, v5, 5);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x300, &rec, err, sizeof err), 0);
+    CHECK(!decoder_shaped(d, &rec)); /* aggregateid is not aggregate_id */
+
+    /* a mapped layout: Debezium's, without created_at */
+    struct outbox_columns_map map = {.id = "id", .aggregate_id = "aggregateid", .type = "type",
+                                     .payload = "payload", .id_kind = OUTBOX_ID_TEXT};
+    d->columns = &map;
+    CHECK(decoder_shaped(d, &rec));
+    CHECK_EQ_INT(outbox_columns_add_extra(&map, "tenant", "x-tenant"), 0);
+    CHECK(decoder_shaped(d, &rec)); /* extra columns are not needed */
+    insert(&f, 16401, v6, 6);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x400, &rec, err, sizeof err), 0);
+    CHECK(!decoder_shaped(d, &rec)); /* no aggregateid */
+    insert(&f, 16402, v3, 3);
+    CHECK_EQ_INT(decoder_decode(d, f.b, f.n, 0x500, &rec, err, sizeof err), 0);
+    CHECK(!decoder_shaped(d, &rec));
+    decoder_free(d);
+}
+
 static void test_options(void)
 {
     struct decoder *d = decoder_pgoutput_new();
@@ -466,6 +520,7 @@ int main(void)
     test_describe_escapes();
     test_same_as_wal2json();
     test_partitioned();
+    test_shaped();
     test_options();
     CHECK_DONE();
 }

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox_relay/pg/partition.h"
+#include "outbox_relay/core/partition_rule.h"
 #include "outbox_relay/core/tracker.h"
 #include "outbox_relay/decode/w2j.h"
 

@@ -76,9 +76,12 @@ struct dispatch_ops {
                        const char *value, size_t value_len, const char *why);
     /* Partitioned outbox only (dispatch_set_partitioned): whether an
      * insert into another table of the outbox's schema is a row of the
-     * outbox, as an enum partition_answer (PARTITION_UNKNOWN fills why). */
+     * outbox, as an enum partition_answer (core/partition_rule.h;
+     * PARTITION_UNKNOWN fills why). The relay answers it with
+     * decoder_shaped and the catalog (pg/partition.h). */
     int (*member)(void *ctx, const struct decoder_record *rec, char *why, size_t whylen);
-    /* Partitioned outbox only: the transaction boundaries (partition.h). */
+    /* Partitioned outbox only: the transaction boundaries (pg/partition.h
+     * places catalog changes by the commits it saw). */
     void (*tx_begin)(void *ctx, int64_t xid);
     void (*tx_commit)(void *ctx, int64_t xid, lsn_t commit_end);
     void *ctx;

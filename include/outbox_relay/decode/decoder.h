@@ -14,11 +14,14 @@
  *                    own state (pgoutput's relation, type, origin messages)
  *
  * An insert or a message maps to a struct outbox_event through
- * decoder_event(); how is the plugin's business. Partition membership of an
- * insert into a table that is not the outbox (a leaf partition, as wal2json
- * names it) goes through decoder_member(), so a plugin that reports rows
- * under the root (pgoutput with publish_via_partition_root) never needs the
- * catalog: its inserts carry the outbox's own name.
+ * decoder_event(); how is the plugin's business. Whether an insert has the
+ * outbox's columns at all is decoder_shaped(): for a partitioned outbox
+ * whose rows the plugin names after the leaf partition (wal2json), that is
+ * the first step of the membership rule (core/partition_rule.h), before the
+ * relay loop asks the catalog (pg/partition.h). A plugin that reports rows
+ * under the root (pgoutput with publish_via_partition_root,
+ * decoder_names_root) never needs the catalog: its inserts carry the
+ * outbox's own name.
  *
  * A plugin is one file: a struct decoder_ops and a constructor
  * (decoder_w2j_new in decoder_w2j.c is the first, decoder_pgoutput_new in
@@ -36,8 +39,7 @@
 
 #define DECODER_ERRLEN 512
 
-struct outbox_event;   /* w2j.h today; the mapping's output */
-struct partition_map;  /* partition.h */
+struct outbox_event;   /* outbox_event.h; the mapping's output */
 
 enum decoder_kind {
     DECODER_NONE = 0,
@@ -86,6 +88,7 @@ struct decoder_ops {
     const char *package; /* what to install when the server lacks it */
     bool publication;    /* the plugin sends what a publication names
                             (publication.h): pgoutput */
+    bool names_root;     /* see decoder_names_root(): pgoutput */
     /* See decoder_start_options(). */
     int (*start_options)(const struct decoder_slot *slot, char *buf, size_t cap);
     /* See decoder_decode(). */
@@ -94,10 +97,11 @@ struct decoder_ops {
     /* See decoder_event(). */
     int (*event)(struct decoder *d, const struct decoder_record *rec,
                  struct outbox_event *ev, char *err, size_t errlen);
-    /* See decoder_member(). NULL: the plugin reports rows under the root
-     * table, so a foreign name is never a member (PARTITION_NO). */
-    int (*member)(struct decoder *d, const struct decoder_record *rec,
-                  struct partition_map *pm, char *err, size_t errlen);
+    /* See decoder_shaped(). */
+    bool (*shaped)(struct decoder *d, const struct decoder_record *rec);
+    /* See decoder_table_name(). NULL: rec->table is the name as is. */
+    int (*table_name)(struct decoder *d, const struct decoder_record *rec, char *buf,
+                      size_t cap);
     /* See decoder_describe(). NULL: the frame is text a person can read
      * (wal2json's JSON line) and is its own description. */
     int (*describe)(struct decoder *d, const struct decoder_record *rec, const char **out,
@@ -145,8 +149,10 @@ const char *decoder_plugin(const struct decoder *d);
 bool decoder_uses_publication(const struct decoder *d);
 
 /* Whether the plugin names every row of a partitioned outbox by the root
- * table (no decoder_member needed: no catalog lookups, no partition
- * transaction hooks). */
+ * table (decoder_ops.names_root): then no catalog lookups and no partition
+ * transaction hooks are needed. Otherwise (wal2json) rows arrive under the
+ * leaf partitions' names, and which of those belong to the outbox is
+ * pg/partition.h's question. */
 bool decoder_names_root(const struct decoder *d);
 
 /* What to install when the server lacks the plugin. Static storage. */
@@ -174,10 +180,22 @@ int decoder_decode(struct decoder *d, const char *data, size_t len, lsn_t wal_st
 int decoder_event(struct decoder *d, const struct decoder_record *rec, struct outbox_event *ev,
                   char *err, size_t errlen);
 
-/* Whether the last decoded insert (rec, into a table of the outbox's schema
- * other than the outbox) is a row of the partitioned outbox pm describes.
- * Returns an enum partition_answer; PARTITION_UNKNOWN fills err. */
-int decoder_member(struct decoder *d, const struct decoder_record *rec,
-                   struct partition_map *pm, char *err, size_t errlen);
+/* Whether the last decoded insert (rec, as decoder_decode filled it) has
+ * every column an event of the outbox is read from: id, aggregate_id, type,
+ * payload and created_at as d->columns maps them (NULL:
+ * OUTBOX_DEFAULT_COLUMNS; an unmapped one is not needed; extra columns are
+ * not asked for). Names compare as they are, byte for byte (a wal2json
+ * column name with JSON escapes matches none). A row without
+ * them cannot be an event of the outbox (core/partition_rule.h, step 0).
+ * False for anything but an insert. */
+bool decoder_shaped(struct decoder *d, const struct decoder_record *rec);
+
+/* The last decoded insert's table name as the server has it (wal2json's
+ * escapes undone, where decoder_record.table is NULL), NUL-terminated into
+ * buf (capacity cap), for a catalog lookup by name. Returns its length, or
+ * -1 when rec is no insert or the name is empty, cannot be read, has a NUL
+ * or does not fit. */
+int decoder_table_name(struct decoder *d, const struct decoder_record *rec, char *buf,
+                       size_t cap);
 
 #endif

@@ -98,6 +98,17 @@ struct outbox_columns_map {
 
 extern const struct outbox_columns_map OUTBOX_DEFAULT_COLUMNS;
 
+/* The columns every event of the outbox is read from: id, aggregate_id,
+ * type, payload, created_at. */
+#define OUTBOX_NEEDED_COLUMNS 5
+
+/* Their names as map (NULL: OUTBOX_DEFAULT_COLUMNS) has them, in that
+ * order, into names; an unmapped one (aggregate_id, created_at) is NULL.
+ * The strings are map's. What a decoder's shape test (decoder_shaped)
+ * looks for. */
+void outbox_columns_needed(const struct outbox_columns_map *map,
+                           const char *names[OUTBOX_NEEDED_COLUMNS]);
+
 /* The index of column name among map's extra columns, or -1. */
 int outbox_columns_extra_index(const struct outbox_columns_map *map, const char *name);
 

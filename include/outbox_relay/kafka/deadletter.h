@@ -1,8 +1,12 @@
 /*
- * deadletter.h — the dead-letter policy (--on-poison dead-letter): which
- * failed events go to the dead-letter topic, the queue that keeps a poison
- * delivery report until the main loop can send it, and the dead-letter
- * record itself.
+ * deadletter.h — dead letters (--on-poison dead-letter): the queue that
+ * keeps a poison delivery report until the main loop can send it, the
+ * dead-letter record, and its sending. Which failed events become dead
+ * letters is the pure policy of core/deadletter_judge.h.
+ *
+ * The queue and the record are memory only (unit-tested without a broker,
+ * tests/unit/test_deadletter.c); deadletter_produce hands the record to the
+ * sink (sink_produce_raw), the one call here that reaches librdkafka.
  *
  * A dead letter goes out under the poison event's own token, so its
  * delivery report acks the original event and the slot moves past it. A
@@ -26,20 +30,6 @@
 
 struct sink;
 struct sink_report;
-
-enum deadletter_verdict {
-    DEADLETTER_SKIP = 0, /* a rewind is pending: the event is produced again
-                            after it, and judged then */
-    DEADLETTER_SEND,     /* produce it to the dead-letter topic */
-    DEADLETTER_HALT      /* stop: nothing after it is confirmed */
-};
-
-/* The policy (pure). policy_dead_letter: --on-poison dead-letter. poison:
- * the event itself can never be produced (kafka_errors.h). rewinding: a
- * rewind is pending. to_dead_letter_topic: it was the dead letter itself
- * that failed (it is never dead-lettered again). */
-enum deadletter_verdict deadletter_judge(bool policy_dead_letter, bool poison, bool rewinding,
-                                         bool to_dead_letter_topic);
 
 /* A poison report, copied. Strings are NUL-terminated; key and value may
  * be NULL (then their length is 0). */
@@ -86,13 +76,15 @@ struct deadletter_msg {
 };
 
 /* Builds the record for a poison event (see the top). max_message_bytes:
- * the producer's limit. Pure. */
+ * the producer's limit. Memory only. */
 void deadletter_build(struct deadletter_msg *m, lsn_t lsn, const char *event_id,
                       const char *type, const char *topic, const char *key, size_t key_len,
                       const char *value, size_t value_len, const char *error,
                       size_t max_message_bytes);
 
-/* Produces m to topic under token: an enum sink_rc (sink.h). */
+/* Produces m to topic under token through the sink (I/O: librdkafka's
+ * queue; the delivery report comes from sink_poll). Returns an enum
+ * sink_rc (sink.h). */
 int deadletter_produce(struct sink *sk, const char *topic, const struct deadletter_msg *m,
                        uint64_t token);
 

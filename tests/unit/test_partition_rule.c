@@ -1,10 +1,11 @@
 /*
- * test_partition.c — the pure parts of partition membership: the decision
- * of partition.h's rule for each kind of catalog fact, the bounded memory
- * of delivered commits (ordering, reconnect replays, forgetting the
- * oldest), and the record shape test.
+ * test_partition_rule.c — the rule of partition membership
+ * (partition_rule.h): the decision for each kind of catalog fact and the
+ * bounded memory of delivered commits (ordering, reconnect replays,
+ * forgetting the oldest). The shape test of step 0 is the decoders'
+ * (test_decoder_w2j.c, test_decoder_pgoutput.c).
  */
-#include "outbox_relay/pg/partition.h"
+#include "outbox_relay/core/partition_rule.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -109,28 +110,9 @@ static void test_decide(void)
     partition_seen_free(s);
 }
 
-static void test_shape(void)
-{
-    static struct w2j_record rec;
-    char err[W2J_ERRLEN];
-    const char *outbox = "{\"action\":\"I\",\"schema\":\"public\",\"table\":\"p1\",\"columns\":["
-                         "{\"name\":\"id\",\"value\":1},{\"name\":\"aggregate_id\",\"value\":\"a\"},"
-                         "{\"name\":\"type\",\"value\":\"t.x\"},{\"name\":\"payload\",\"value\":\"{}\"},"
-                         "{\"name\":\"created_at\",\"value\":\"2026-01-01 00:00:00+00\"},"
-                         "{\"name\":\"dispatched_at\",\"value\":null}]}";
-    CHECK_EQ_INT(w2j_parse(outbox, strlen(outbox), &rec, err, sizeof err), 0);
-    CHECK(partition_outbox_shaped(&rec));
-    const char *orders = "{\"action\":\"I\",\"schema\":\"public\",\"table\":\"orders\",\"columns\":["
-                         "{\"name\":\"id\",\"value\":1},{\"name\":\"type\",\"value\":\"x\"},"
-                         "{\"name\":\"created_at\",\"value\":\"2026-01-01 00:00:00+00\"}]}";
-    CHECK_EQ_INT(w2j_parse(orders, strlen(orders), &rec, err, sizeof err), 0);
-    CHECK(!partition_outbox_shaped(&rec));
-}
-
 int main(void)
 {
     test_seen();
     test_decide();
-    test_shape();
     CHECK_DONE();
 }
