@@ -122,8 +122,12 @@ if [ -z "${OUTBOX_SKIP_ASAN_IT:-}" ]; then
         OUTBOX_RELAY_BUILD="$repo/build-asan" OUTBOX_TOOLS_BUILD="$repo/build" \
             OUTBOX_TEST_PG_MAJORS=${OUTBOX_ASAN_PG_MAJORS:-15} \
             /usr/bin/python3 -m pytest -q -p no:cacheprovider -n "$OUTBOX_ASAN_WORKERS" \
-            tests/integration/test_core.py tests/integration/test_chaos.py \
-            tests/integration/test_consumer.py tests/integration/test_fatal.py \
+            tests/integration/test_core_delivery.py tests/integration/test_core_confirm.py \
+            tests/integration/test_core_postgres.py tests/integration/test_core_config.py \
+            tests/integration/test_core_memory.py tests/integration/test_chaos.py \
+            tests/integration/test_consumer_apply.py tests/integration/test_consumer_outages.py \
+            tests/integration/test_consumer_orders.py tests/integration/test_consumer_rebalance.py \
+            tests/integration/test_consumer_start.py tests/integration/test_fatal.py \
             -k "not bounded_memory and not one_huge" "$@"
     ) >"$asan_log" 2>&1 &
     asan_pid=$!

@@ -44,6 +44,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
+import harness_base  # noqa: E402
 # A real Apache Kafka: kafka_cluster, kafka_single, own_kafka_cluster, unique_topic.
 from kafka_fixtures import (kafka_cluster, kafka_no_autocreate, kafka_single,  # noqa: E402,F401
                             own_kafka_cluster, unique_topic)
@@ -95,22 +96,22 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def plugin(request):
     """The output plugin every daemon of this test runs the relayer with
-    (OUTBOX_RELAY_PLUGIN, harness.current_plugin)."""
-    harness.current_plugin = request.param
+    (OUTBOX_RELAY_PLUGIN, harness_base.current_plugin)."""
+    harness_base.current_plugin = request.param
     yield request.param
-    harness.current_plugin = None
+    harness_base.current_plugin = None
 
 
 @pytest.fixture
 def pg_major(request):
-    """The PostgreSQL major of this test's clusters (harness.current_pg_major);
+    """The PostgreSQL major of this test's clusters (harness_base.current_pg_major);
     skips the test when that major's binaries are not on this machine."""
     why = harness.pg_unavailable_reason(request.param)
     if why:
         pytest.skip(why)
-    harness.current_pg_major = request.param
+    harness_base.current_pg_major = request.param
     yield request.param
-    harness.current_pg_major = None
+    harness_base.current_pg_major = None
 
 
 def _slow_first_ranks():

@@ -20,8 +20,8 @@ import uuid
 import pytest
 
 import harness
-from test_consumer import (committed_offsets, consume, consumer_args,  # noqa: F401 (fixtures)
-                           consumer_binary, event, points, shop, wait_points)
+from consumer_fixtures import (committed_offsets, consume, consumer_args,  # noqa: F401 (fixtures)
+                               consumer_binary, event, points, shop, wait_points)
 
 ARTICLE_DDL = ("CREATE TABLE processed_events (consumer TEXT, event_id BIGINT, "
                "processed_at TIMESTAMPTZ DEFAULT now(), PRIMARY KEY (consumer, event_id))")

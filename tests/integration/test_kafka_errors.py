@@ -14,7 +14,7 @@ Two families of retriable codes:
     slot's confirmed position (docs/failure-modes.md, "Retriable delivery
     errors").
 
-What is asserted, and why not more (see test_core.py's MOCK_NO_PIPELINING
+What is asserted, and why not more (see core_helpers.py's MOCK_NO_PIPELINING
 for the mock's flaw): every committed event arrives and the slot is
 confirmed at the end; per aggregate, the LAST copy of each event is in
 commit order (the final re-production is complete and ordered); the FIRST
@@ -299,7 +299,7 @@ DEFAULTS_CASES = [pytest.param(code, num, "tuned", id=code) for code, num in ALL
 def test_retriable_error_defaults(pg, broker, kafka, relayer, code, num, tuning):
     """The same with no librdkafka tuning (pipelined requests). For the codes
     librdkafka retries itself the mock may "implicitly ack" a batch it never
-    stored (test_core.py's MOCK_NO_PIPELINING), so completeness is asserted
+    stored (core_helpers.py's MOCK_NO_PIPELINING), so completeness is asserted
     only for the codes the relayer re-produces; running on, confirming the
     last commit and last-copy order hold for every code."""
     topic = "dflt" + str(abs(num))

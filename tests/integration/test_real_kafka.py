@@ -42,7 +42,7 @@ import uuid
 import harness
 from harness import wait_until
 from test_chaos import Producer, commit_marker, read_to_end
-from test_consumer import consume, consumer_args, consumer_binary, place_orders, shop, wait_points  # noqa: F401
+from consumer_fixtures import consume, consumer_args, consumer_binary, place_orders, shop, wait_points  # noqa: F401
 
 SLOT = "outbox_relay"
 PRODUCERS = 3

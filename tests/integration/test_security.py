@@ -68,7 +68,7 @@ import pytest
 
 import harness
 from harness import wait_until
-from test_core import wait_streaming
+from core_helpers import wait_streaming
 
 pytestmark = pytest.mark.usefixtures("plugin")  # once per output plugin (conftest.py)
 
