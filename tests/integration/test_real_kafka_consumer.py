@@ -21,7 +21,7 @@ import pytest
 
 from kafka_cluster import KafkaCluster, KafkaUnavailable
 from kafka_fixtures import _unavailable
-from test_consumer import consume, consumer_args, consumer_binary, points, shop, wait_points  # noqa: F401
+from consumer_fixtures import consume, consumer_args, consumer_binary, points, shop, wait_points  # noqa: F401
 from test_real_kafka import MIN_ISR, keep_running, start_relayer
 
 PARTITIONS = 6

@@ -38,7 +38,7 @@ import harness
 from harness import wait_until
 from kafka_cluster import KafkaCluster, KafkaUnavailable
 from kafka_fixtures import _unavailable
-from test_consumer import consume, consumer_args, consumer_binary, place_orders, shop, wait_points  # noqa: F401
+from consumer_fixtures import consume, consumer_args, consumer_binary, place_orders, shop, wait_points  # noqa: F401
 from test_kafka_errors import metric
 from test_real_kafka import SLOT
 from test_security import assert_no_secret
