@@ -179,7 +179,7 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
     }
     c->batch_cap = (size_t) c->o.batch;
     c->batch = calloc(c->batch_cap, sizeof *c->batch);
-    c->watchdog = pg_watchdog_new();
+    c->watchdog = pg_watchdog_new(NULL);
     if (c->batch == NULL || c->watchdog == NULL) {
         snprintf(err, errlen, "out of memory (or no thread) for the consumer");
         goto fail;

@@ -14,6 +14,8 @@
 #include <stdbool.h>
 
 #include "outbox_relay/ops/check.h"
+#include "outbox_relay/ops/check_report.h"
+#include "outbox_relay/ops/check_verdict.h"
 #include "outbox_relay/pg/plugin.h"
 
 #define CHECK_QUERY_TIMEOUT 15.0 /* s: pgconn_exec's deadline for one query */
@@ -50,7 +52,7 @@ struct check_ctx {
     bool topics_known;     /* the types could be read */
 };
 
-/* Runs sql (text parameters) on ctx->conn. Returns the result when its
+/* check_pg.c: runs sql (text parameters) on ctx->conn. Returns the result when its
  * status is want (the caller's, PQclear it), or NULL with the server's
  * reason in msg. */
 PGresult *check_query(struct check_ctx *c, ExecStatusType want, const char *sql, int nparams,

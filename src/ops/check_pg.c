@@ -2,7 +2,8 @@
  * check_pg.c — the preflight's checks of the PostgreSQL server (see
  * check.h): the connection, wal_level, the role, the output plugin, free
  * slots and WAL senders, the WAL-retention and timeout settings, and an
- * existing slot. Everything reads catalogs and settings; the one thing
+ * existing slot; and check_query, which every check that reads the server
+ * runs its statements through. Everything reads catalogs and settings; the one thing
  * created is a temporary slot (the plugin check), which the server drops
  * at the end of the session even when this process is killed.
  */
@@ -17,6 +18,19 @@
 #include "outbox_relay/pg/slot.h"
 
 #define MSGLEN 1024
+
+PGresult *check_query(struct check_ctx *c, ExecStatusType want, const char *sql, int nparams,
+                      const char *const *params, char *msg, size_t msglen)
+{
+    PGresult *res = pgconn_exec(c->conn, sql, nparams, params, CHECK_QUERY_TIMEOUT, msg,
+                                msglen);
+    if (res != NULL && PQresultStatus(res) == want)
+        return res;
+    if (res != NULL)
+        pgconn_result_error(res, msg, msglen);
+    PQclear(res);
+    return NULL;
+}
 
 static bool cfg_is_auto(const struct check_ctx *c)
 {

@@ -198,7 +198,7 @@ void check_logged(struct check_ctx *c)
 }
 
 /* The reaper deletes the oldest rows first (created_at < now() - retention
- * ORDER BY created_at, reaper.c); the backfill reads pending rows by id. */
+ * ORDER BY created_at, reaper_rows.c); the backfill reads pending rows by id. */
 void check_indexes(struct check_ctx *c)
 {
     if (!c->table_exists || !c->has_column[CHECK_COL_CREATED_AT])

@@ -11,7 +11,11 @@
  * The reaper runs on the same connection and can wait up to its
  * confirm_wait for the slot; through its tick hook the thread keeps polling
  * and heartbeating meanwhile (inside the reaper's transaction, each under a
- * savepoint so that a failing poll cannot abort the reaper's work).
+ * savepoint so that a failing poll cannot abort the reaper's work). The
+ * reaper's statements are blocking libpq calls: a pg_watchdog (pg_watchdog.h),
+ * re-armed at each step, shuts the connection down under one that gets no
+ * answer for REAP_STALL_TIMEOUT, so that a stalled path ends in
+ * "connection lost" and a reconnect instead of a thread blocked forever.
  */
 #include "outbox_relay/ops/maint.h"
 
@@ -22,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +33,7 @@
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/core/metrics.h"
 #include "outbox_relay/pg/outbox_catalog.h"
+#include "outbox_relay/pg/pg_watchdog.h"
 #include "outbox_relay/pg/pgconn.h"
 #include "outbox_relay/pg/publication.h"
 #include "outbox_relay/ops/reaper.h"
@@ -50,14 +54,9 @@ struct maint {
     bool once;                          /* maint_reap_once: always report */
     bool done;        /* under mu: the thread has finished */
     PGcancel *cancel; /* under mu: for the connection in use */
-    /* Under mu: the reaper's statements are blocking libpq calls (reaper.c);
-     * while one runs, the watchdog thread shuts reap_fd down once
-     * reap_deadline passes, so that a stalled path ends in "connection
-     * lost" instead of a thread blocked forever. -1 / 0 while not reaping. */
-    int reap_fd;
-    double reap_deadline;
-    bool watchdog_started;
-    pthread_t watchdog;
+    /* Armed while the reaper's statements run (reap_progress); NULL when
+     * it could not be started, and in maint_reap_once. */
+    struct pg_watchdog *watchdog;
 
     /* The thread's own. */
     PGconn *conn;
@@ -102,8 +101,9 @@ static void disconnect(struct maint *mt)
     pthread_mutex_lock(&mt->mu);
     PQfreeCancel(mt->cancel);
     mt->cancel = NULL;
-    mt->reap_fd = -1; /* before PQfinish closes it: the fd number may be reused */
     pthread_mutex_unlock(&mt->mu);
+    if (mt->watchdog != NULL) /* before PQfinish closes it: the fd number may be reused */
+        pg_watchdog_disarm(mt->watchdog);
     PQfinish(mt->conn);
     mt->conn = NULL;
 }
@@ -356,20 +356,33 @@ static bool reaper_should_stop(void *arg)
     return stopping(arg);
 }
 
-/* The reaper made progress (or starts, or ends: fd -1): the watchdog's
- * deadline moves. */
-static void reap_progress(struct maint *mt, int fd)
+/* The reaper starts or made progress: the watchdog's deadline moves to
+ * REAP_STALL_TIMEOUT from now. */
+static void reap_progress(struct maint *mt)
 {
-    pthread_mutex_lock(&mt->mu);
-    mt->reap_fd = fd;
-    mt->reap_deadline = fd >= 0 ? mono_now() + REAP_STALL_TIMEOUT : 0;
-    pthread_mutex_unlock(&mt->mu);
+    if (mt->watchdog != NULL)
+        pg_watchdog_arm(mt->watchdog, mt->conn, REAP_STALL_TIMEOUT);
+}
+
+/* The reaper's statements are done: nothing to bound until the next. */
+static void reap_done(struct maint *mt)
+{
+    if (mt->watchdog != NULL)
+        pg_watchdog_disarm(mt->watchdog);
+}
+
+/* The watchdog cut the connection under a reaper statement (its thread). */
+static void reap_stalled(void *arg)
+{
+    (void) arg;
+    log_warn("maintenance: a reaper statement got no answer for %.0f s (a stalled "
+             "network path?); closing the connection", REAP_STALL_TIMEOUT);
 }
 
 static void reaper_tick(void *arg)
 {
     struct maint *mt = arg;
-    reap_progress(mt, PQsocket(mt->conn));
+    reap_progress(mt);
     if (!mt->in_tick) {
         mt->in_tick = true;
         run_due(mt);
@@ -390,9 +403,9 @@ static int reap(struct maint *mt)
                                 .stop_arg = mt, .metrics = mt->m};
     struct reaper_result res;
     char err[REAPER_ERRLEN];
-    reap_progress(mt, PQsocket(mt->conn));
+    reap_progress(mt);
     int rc = reaper_run(mt->conn, &ro, &res, err, sizeof err);
-    reap_progress(mt, -1);
+    reap_done(mt);
     if (res.off) {
         log_debug("reaper: off (--retention %s)", cfg->retention);
         return rc;
@@ -433,35 +446,15 @@ static int reap(struct maint *mt)
     return rc;
 }
 
-/* Shuts the connection down under a reaper statement that got no answer
- * for REAP_STALL_TIMEOUT (see reap_fd). Ends when the thread is done. */
-static void *watchdog_main(void *arg)
-{
-    struct maint *mt = arg;
-    pthread_mutex_lock(&mt->mu);
-    while (!mt->done) {
-        if (mt->reap_fd >= 0 && mt->reap_deadline > 0 && mono_now() >= mt->reap_deadline) {
-            log_warn("maintenance: a reaper statement got no answer for %.0f s (a stalled "
-                     "network path?); closing the connection", REAP_STALL_TIMEOUT);
-            shutdown(mt->reap_fd, SHUT_RDWR);
-            mt->reap_deadline = 0;
-        }
-        struct timespec ts = mono_deadline(0.5);
-        pthread_cond_timedwait(&mt->cv, &mt->mu, &ts);
-    }
-    pthread_mutex_unlock(&mt->mu);
-    return NULL;
-}
-
 /* Takes a reaper mark (reaper.h), whatever --retention: a `reap` from cron
  * beside this process uses them too. A table that cannot be written is
  * said once; trying goes on (it may be created later). */
 static void take_mark(struct maint *mt)
 {
     char err[REAPER_ERRLEN];
-    reap_progress(mt, PQsocket(mt->conn)); /* its statements block: the watchdog bounds them */
+    reap_progress(mt); /* its statements block: the watchdog bounds them */
     int rc = reaper_take_mark(mt->conn, mt->cfg->slot, NULL, err, sizeof err);
-    reap_progress(mt, -1);
+    reap_done(mt);
     if (rc == REAPER_FATAL && !mt->marks_warned && !stopping(mt)) {
         log_warn("reaper: %s; while the slot lags nothing can be reaped (run "
                  "sql/003_relay_role.sql to create the table and its grants)", err);
@@ -558,6 +551,7 @@ static void *maint_main(void *arg)
 
 static void maint_free(struct maint *mt)
 {
+    pg_watchdog_free(mt->watchdog);
     pthread_cond_destroy(&mt->cv);
     pthread_mutex_destroy(&mt->mu);
     free(mt->qtable);
@@ -598,18 +592,19 @@ struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t 
         free(mt);
         return NULL;
     }
-    mt->reap_fd = -1;
+    /* Without the watchdog only a reaper statement on a stalled path could
+     * block for good; run without it rather than not at all. Started before
+     * the thread that arms it. */
+    const struct pg_watchdog_options wo = {.no_cancel = true, .on_fire = reap_stalled};
+    mt->watchdog = pg_watchdog_new(&wo);
+    if (mt->watchdog == NULL)
+        log_warn("maintenance: cannot start its watchdog thread; a stalled path under a "
+                 "reaper statement would go unnoticed");
     if ((rc = pthread_create(&mt->thread, NULL, maint_main, mt)) != 0) {
         snprintf(err, errlen, "cannot start the maintenance thread: %s", strerror(rc));
         maint_free(mt);
         return NULL;
     }
-    /* Without the watchdog only a reaper statement on a stalled path could
-     * block for good; run without it rather than not at all. */
-    mt->watchdog_started = pthread_create(&mt->watchdog, NULL, watchdog_main, mt) == 0;
-    if (!mt->watchdog_started)
-        log_warn("maintenance: cannot start its watchdog thread; a stalled path under a "
-                 "reaper statement would go unnoticed");
     return mt;
 }
 
@@ -632,21 +627,17 @@ bool maint_stop(struct maint *mt, double timeout)
     pthread_mutex_unlock(&mt->mu);
     if (!done) {
         log_warn("maintenance thread did not stop within %.0f s; leaving it", timeout);
-        pthread_detach(mt->thread);
-        if (mt->watchdog_started)
-            pthread_detach(mt->watchdog);
+        pthread_detach(mt->thread); /* it may still arm the watchdog: both are left */
         return false;
     }
     pthread_join(mt->thread, NULL);
-    if (mt->watchdog_started)
-        pthread_join(mt->watchdog, NULL); /* it ends once done is set */
     maint_free(mt);
     return true;
 }
 
 int maint_reap_once(const struct relay_config *cfg, volatile sig_atomic_t *stop)
 {
-    struct maint mt = {.cfg = cfg, .signal_stop = stop, .once = true, .reap_fd = -1,
+    struct maint mt = {.cfg = cfg, .signal_stop = stop, .once = true,
                        .last_conn_warn = -WARN_EVERY, .last_query_warn = -WARN_EVERY};
     char err[512];
     int rc;

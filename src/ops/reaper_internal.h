@@ -1,8 +1,14 @@
 /*
- * reaper_internal.h — one reaper run's state and the helpers that reaper.c (the run,
- * row batches), reaper_marks.c (marks and the slot's position) and
- * reaper_partitions.c (dropping expired partitions) share. Internal to the
- * reaper: other modules use reaper.h.
+ * reaper_internal.h — one reaper run's state and what the reaper's files
+ * offer each other. Internal to the reaper: other modules use reaper.h.
+ * The calls point one way, top to bottom:
+ *   reaper.c            the run, step by step (reaper_run)
+ *   reaper_rows.c       expired rows deleted in batches, the run's progress
+ *   reaper_partitions.c expired partitions dropped whole
+ *   reaper_marks.c      marks, and the slot's confirmed position
+ *   reaper_common.c     statements and their errors, stop and nap, the
+ *                       backfill marker, the progress note
+ * (rows and partitions do not call each other; each calls only below it).
  *
  * Every helper that fails says why in r->err and returns a negative enum
  * reaper_rc; every transaction a helper opens is committed or rolled back
@@ -54,7 +60,9 @@ struct reap {
     struct progress prog; /* rows done = res->rows */
 };
 
-/* reaper.c: after rows were deleted or a partition dropped, notes
+/* --- reaper_common.c ---------------------------------------------------- */
+
+/* After rows were deleted or a partition dropped, notes
  * res->rows in the run's progress: a log line when one is due, the
  * gauges. Nothing before the deleting starts. */
 void reap_progress_note(struct reap *r);
@@ -93,35 +101,58 @@ void reap_rollback(struct reap *r);
 /* Parses an LSN from column col of res row 0 into *out. */
 int reap_result_lsn(struct reap *r, PGresult *res, int col, lsn_t *out);
 
-/* reaper_marks.c: polls the slot until confirmed_flush_lsn >= lsn. Returns
+/* 1 when the slot's backfill is unfinished and holds the reaper back, 0
+ * when not, or a negative reaper_rc (read FOR SHARE inside the caller's
+ * transaction). */
+int reap_backfill_holds(struct reap *r);
+
+/* --- reaper_marks.c ------------------------------------------------------ */
+
+/* Polls the slot until confirmed_flush_lsn >= lsn. Returns
  * 1 when it is, 0 when confirm_wait ran out or a stop was asked, negative
  * on error. res->confirmed gets the last position read. */
 int reap_wait_confirmed(struct reap *r, lsn_t lsn);
 
-/* reaper_marks.c: takes a mark (reaper.h) into *m and stores it. Returns 1
+/* Takes a mark (reaper.h) into *m and stores it. Returns 1
  * stored (or not stored because the slot is missing or REAPER_MARKS_MAX is
  * reached), 0 taken but the table cannot be written (err says why), or a
  * negative reaper_rc when no mark could be taken. */
 int reap_take_mark(struct reap *r, struct reaper_mark *m);
 
-/* reaper_marks.c: removes the marks no later run can need; errors
+/* Removes the marks no later run can need; errors
  * ignored. */
 void reap_prune_marks(struct reap *r);
 
-/* reaper_marks.c: lagging, the stored mark the slot has confirmed with the
+/* Lagging, the stored mark the slot has confirmed with the
  * greatest X into res->used. Returns 1 found, 0 none (or the table is
  * unusable: res->marks_off), negative on error. */
 int reap_choose_mark(struct reap *r);
 
-/* reaper.c: 1 when the slot's backfill is unfinished and holds the reaper
- * back, 0 when not, or a negative reaper_rc (read FOR SHARE inside the
- * caller's transaction). */
-int reap_backfill_holds(struct reap *r);
+/* --- reaper_partitions.c ------------------------------------------------- */
 
-/* reaper_partitions.c: drops every partition of parent_oid whose upper
+/* Drops every partition of parent_oid whose upper
  * bound is at or before now() - retention, oldest first; default_oid ("0"
  * when none) is never dropped. */
 int reap_drop_expired_partitions(struct reap *r, const char *parent_oid,
                                  const char *default_oid);
+
+/* --- reaper_rows.c ------------------------------------------------------- */
+
+/* The deleting starts: counts the expired rows of `table` (quoted), then
+ * the progress from 0. Lines only once it lasts (quiet start). */
+void reap_progress_begin(struct reap *r, const char *table);
+
+/* The deleting ended (or stopped): the final line if any was said, the
+ * gauges marked ended. */
+void reap_progress_end(struct reap *r);
+
+/* Deletes expired rows of `table` (quoted) below the used mark's X, batch
+ * by batch until a short batch, a stop, or an error. partitioned: rows are
+ * named by (tableoid, ctid). Returns 0 or a negative reaper_rc. */
+int reap_rows(struct reap *r, const char *table, bool partitioned);
+
+/* Whether `table` (quoted) still has expired rows visible now: *any.
+ * Returns 0 or a negative reaper_rc. */
+int reap_any_expired(struct reap *r, const char *table, bool *any);
 
 #endif

@@ -71,14 +71,6 @@ int reap_wait_confirmed(struct reap *r, lsn_t lsn)
     }
 }
 
-/* Parses an LSN from column col of res row 0 into *out. */
-int reap_result_lsn(struct reap *r, PGresult *res, int col, lsn_t *out)
-{
-    const char *v = PQntuples(res) == 1 ? PQgetvalue(res, 0, col) : "";
-    if (lsn_parse(v, strlen(v), out) < 0)
-        return reap_err(r, REAPER_FATAL, "reaper: unexpected WAL position \"%s\"", v);
-    return 0;
-}
 
 /* Parses a transaction id (decimal) from column col of res row 0. */
 static int result_xid(struct reap *r, PGresult *res, int col, uint64_t *out)

@@ -7,8 +7,8 @@
  * thread is under the mutex, so once pg_watchdog_disarm() returns the socket
  * is not touched again. The cancel request (a new connection to the server,
  * which can take long when the server is unreachable) runs outside the
- * mutex; if the watchdog is freed meanwhile, the thread frees it when that
- * request is done.
+ * mutex, as does the on_fire callback; if the watchdog is freed meanwhile,
+ * the thread frees it when that request is done.
  */
 #include "outbox_relay/pg/pg_watchdog.h"
 
@@ -20,13 +20,14 @@
 #include "outbox_relay/base/clock.h"
 
 struct pg_watchdog {
+    struct pg_watchdog_options opts;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
     bool armed;
     bool fired;
     bool quit;
-    bool cancelling; /* the thread is sending a cancel request, unlocked */
+    bool cancelling; /* the thread is sending a cancel request or in on_fire, unlocked */
     bool detached;   /* freed while cancelling: the thread frees itself */
     int fd;
     PGcancel *cancel; /* owned here while armed */
@@ -75,6 +76,8 @@ static void *run(void *arg)
             PQcancel(cancel, err, sizeof err); /* best effort */
             PQfreeCancel(cancel);
         }
+        if (w->opts.on_fire != NULL)
+            w->opts.on_fire(w->opts.arg);
         pthread_mutex_lock(&w->mu);
         w->cancelling = false;
     }
@@ -85,12 +88,14 @@ static void *run(void *arg)
     return NULL;
 }
 
-struct pg_watchdog *pg_watchdog_new(void)
+struct pg_watchdog *pg_watchdog_new(const struct pg_watchdog_options *opts)
 {
     struct pg_watchdog *w = calloc(1, sizeof *w);
     pthread_condattr_t attr;
     if (w == NULL)
         return NULL;
+    if (opts != NULL)
+        w->opts = *opts;
     w->fd = -1;
     if (pthread_condattr_init(&attr) != 0)
         goto fail_alloc;
@@ -117,7 +122,8 @@ fail_alloc:
 void pg_watchdog_arm(struct pg_watchdog *w, PGconn *conn, double seconds)
 {
     struct timespec d = mono_deadline(seconds);
-    PGcancel *cancel = PQgetCancel(conn); /* NULL is fine: no cancel request */
+    /* NULL is fine: no cancel request */
+    PGcancel *cancel = w->opts.no_cancel ? NULL : PQgetCancel(conn);
     pthread_mutex_lock(&w->mu);
     if (w->cancel != NULL)
         PQfreeCancel(w->cancel);

@@ -12,7 +12,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "outbox_relay/ops/check.h"
+#include "outbox_relay/ops/check_report.h"
+#include "outbox_relay/ops/check_verdict.h"
 #include "outbox_relay/config/config.h"
 #include "outbox_relay/pg/publication.h"
 
