@@ -50,16 +50,17 @@ static const char *brokers_of(const struct relay_config *cfg)
 struct first_error {
     pthread_mutex_t lock;
     char text[400];
+    char advice[768]; /* a refused SASL login: what to check (kafka_conf.h) */
 };
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-    (void) rk;
-    (void) err;
     struct first_error *le = opaque;
     pthread_mutex_lock(&le->lock);
     if (le->text[0] == '\0') /* the first is the cause; "all brokers are down" follows */
         snprintf(le->text, sizeof le->text, "%s", reason ? reason : "");
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION && le->advice[0] == '\0')
+        kafka_conf_auth_advice_of(rk, le->advice, sizeof le->advice);
     pthread_mutex_unlock(&le->lock);
 }
 
@@ -356,8 +357,10 @@ void check_kafka(struct check_ctx *c)
         rd_kafka_poll(rk, 0);  /* serves the queued errors to on_error */
         rd_kafka_destroy(rk); /* its threads are gone: le is ours again */
         check_report_addf(c->report, "kafka", CHECK_FAIL,
-                          "check --brokers, that the brokers run and that this host may reach "
-                          "them; with TLS or SASL, the -X security properties",
+                          *le.advice ? le.advice
+                                     : "check --brokers, that the brokers run and that this "
+                                       "host may reach them; with TLS or SASL, the -X security "
+                                       "properties",
                           "no metadata from Kafka at %s within %d s: %s%s%s", brokers,
                           KAFKA_TIMEOUT_MS / 1000, rd_kafka_err2str(e), *le.text ? "; " : "",
                           le.text);

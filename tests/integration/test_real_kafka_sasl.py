@@ -17,8 +17,9 @@ and PLAIN users, Kafka's StandardAuthorizer with ACLs).
       (Debian 12 ships 2.0.2) sends a SCRAM proof that Kafka 3.9 and later
       refuse as invalid credentials even when they are right (librdkafka
       #4895, Kafka's strict RFC 5802 nonce check since CVE-2024-56128). With
-      such a librdkafka the relayer and `check` must say so and name the way
-      out; with a newer one the events must arrive
+      such a librdkafka the relayer and `check` (FAIL) must say so and name
+      the way out, which must deliver; with a newer one the events must
+      arrive
   test_acl_denying_writes_takes_the_authorization_path
       an ACL denying WRITE on one topic to the relayer's principal: events of
       other topics go on arriving, the denied one waits (gauge
@@ -39,6 +40,7 @@ from harness import wait_until
 from kafka_cluster import KafkaCluster, KafkaUnavailable
 from kafka_fixtures import _unavailable
 from consumer_fixtures import consume, consumer_args, consumer_binary, place_orders, shop, wait_points  # noqa: F401
+from test_check import expect, run_check
 from test_kafka_errors import metric
 from test_real_kafka import SLOT
 from test_security import assert_no_secret
@@ -155,7 +157,7 @@ def test_wrong_password_is_a_clear_error(sasl_cluster, pg, relayer, consume):
     refused_login(con, "PLAIN")
     for proc in (r, con):
         if proc.running():
-            proc.terminate()
+            proc.terminate(60)  # the relayer waits 30 s for its deliveries
         assert_no_secret(proc.log_text(), [WRONG, PASSWORD], "a log")
 
 
@@ -176,8 +178,18 @@ def test_scram_sha_512(sasl_cluster, pg, relayer, relayer_binary):
         r.wait_for_log(r"is older than 2\.6\.1, and brokers of Kafka 3\.9 and later refuse its "
                        r"SCRAM proof .*sasl\.mechanisms=PLAIN over SASL_SSL", timeout=10)
         assert r.running()
+        # check says the same, and fails.
+        rep = run_check(relayer_binary, "--dsn", pg.dsn(), "--brokers",
+                        sasl_cluster.sasl_bootstrap, "--topic", topic,
+                        *sasl_args(sasl_cluster, mechanism="SCRAM-SHA-512"))
+        item = expect(rep, "kafka", "FAIL", detail="SASL authentication",
+                      fix="is older than 2.6.1")
+        assert "sasl.mechanisms=PLAIN over SASL_SSL" in item["fix"], item
+        assert rep.rc == 1, rep
+        assert_no_secret(rep.stdout + rep.stderr, [PASSWORD], "check's output")
         # The way out the log names works with the same user and password.
-        r.terminate()
+        # (A stop waits --shutdown-timeout, 30 s, for the refused deliveries.)
+        r.terminate(60)
         r = relayer("--dsn", pg.dsn(), "--brokers", sasl_cluster.sasl_bootstrap, "--topic",
                     topic, *sasl_args(sasl_cluster, mechanism="PLAIN"))
     got = harness.read_messages(sasl_cluster.bootstrap, topic, expected=3, timeout=60)
