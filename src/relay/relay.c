@@ -42,8 +42,6 @@
 #include "outbox_relay/decode/wire.h"
 
 #define TRACKER_GROUPS 4096
-#define STATUS_MIN_GAP 0.1  /* s between status updates for a moved position */
-#define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
 #define REFUSED_POLL 5.0    /* s between tries while the server refuses the plugin */
 #define REFUSED_LOG_EVERY 60.0 /* s between repeats of that error in the log */
@@ -58,17 +56,6 @@
                                progress, before it counts as permanent */
 
 enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2 };
-
-void relay_set_fatal(struct relay *r, const char *fmt, ...)
-{
-    if (r->fatal)
-        return; /* keep the first cause */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->errstr, sizeof r->errstr, fmt, ap);
-    va_end(ap);
-    r->fatal = true;
-}
 
 /* dispatch's world (dispatch.h): the sink, dead letters, partitions. */
 static int op_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
@@ -207,37 +194,6 @@ const struct relay_stats *relay_stats(const struct relay *r)
     return &r->stats;
 }
 
-bool relay_window_open(const struct relay *r)
-{
-    struct dispatch_window w = {.inflight = sink_inflight(r->sink),
-                                .inflight_bytes = sink_inflight_bytes(r->sink),
-                                .max_inflight = r->cfg->max_inflight,
-                                .max_inflight_bytes = r->cfg->max_inflight_bytes,
-                                .rewinding = r->rewind};
-    return dispatch_window_open(&w);
-}
-
-static int send_status_asking(struct relay *r, double now, bool reply_requested)
-{
-    lsn_t flush = tracker_confirmed(r->tracker);
-    lsn_t write = r->stats.received_lsn > flush ? r->stats.received_lsn : flush;
-    int rc = stream_send_status(r->stream, write, flush, reply_requested);
-    if (rc < 0)
-        return rc;
-    if (flush != r->sent_flush)
-        log_debug("slot=%s lsn=" LSN_FMT ": confirmed", r->cfg->slot, LSN_ARGS(flush));
-    r->sent_flush = flush;
-    r->stats.confirmed_lsn = flush;
-    r->last_status = now;
-    r->force_status = false;
-    return 0;
-}
-
-static int send_status(struct relay *r, double now)
-{
-    return send_status_asking(r, now, false);
-}
-
 /* --wal-receiver-timeout: asks the server for a reply at half of it, and
  * gives the connection up (STREAM_RETRY) after all of it without a frame.
  * A stalled path keeps the socket open and silent forever; without this the
@@ -249,45 +205,12 @@ static int check_liveness(struct relay *r, double now)
         log_debug("slot=%s: nothing from the server for %.1f s; asking for a reply",
                   r->cfg->slot, liveness_silence(&r->live, now));
         liveness_pinged(&r->live);
-        return send_status_asking(r, now, true) < 0 ? STREAM_RETRY : 0;
+        return relay_send_status(r, now, true) < 0 ? STREAM_RETRY : 0;
     case LIVENESS_DEAD:
         return stream_timed_out(r->stream, liveness_silence(&r->live, now));
     case LIVENESS_OK:
     default:
         return 0;
-    }
-}
-
-/* Seconds until the next status update is due (0 = now). */
-static double status_due_in(const struct relay *r, double now, bool blocked)
-{
-    double interval = r->cfg->status_interval;
-    if (blocked && interval > STATUS_BLOCKED)
-        interval = STATUS_BLOCKED;
-    if (r->force_status)
-        return 0;
-    if (tracker_confirmed(r->tracker) != r->sent_flush && interval > STATUS_MIN_GAP)
-        interval = STATUS_MIN_GAP;
-    double due = r->last_status + interval - now;
-    return due > 0 ? due : 0;
-}
-
-/* For waits inside one step of the loop (a full librdkafka queue, the
- * shutdown flush): sends a status update when one is due, as the loop
- * would, so a long Kafka outage does not let wal_sender_timeout end the
- * connection. Only while replication runs (not during a backfill, whose
- * connection is busy exporting the snapshot). A failed send is left for
- * the loop's next read to find. */
-void relay_keep_status(struct relay *r)
-{
-    if (!stream_streaming(r->stream))
-        return;
-    double now = mono_now();
-    if (status_due_in(r, now, true) > 0)
-        return;
-    if (send_status(r, now) < 0) {
-        r->last_status = now; /* not again before the next interval */
-        log_debug("%s", stream_errstr(r->stream));
     }
 }
 
@@ -371,7 +294,7 @@ static int session(struct relay *r)
     liveness_init(&r->live, r->cfg->wal_receiver_timeout, mono_now());
     r->seen_commit_us = 0;
     r->draining = false;
-    if (send_status(r, mono_now()) < 0)
+    if (relay_send_status(r, mono_now(), false) < 0)
         return STREAM_RETRY;
     for (;;) {
         if (*r->stop)
@@ -402,7 +325,8 @@ static int session(struct relay *r)
                 relay_serve(r, 0);
                 if (*r->stop)
                     return SESSION_STOP;
-                if (status_due_in(r, mono_now(), false) == 0 && send_status(r, mono_now()) < 0)
+                if (relay_status_due_in(r, mono_now(), false) == 0 &&
+                    relay_send_status(r, mono_now(), false) < 0)
                     return STREAM_RETRY;
             }
             reading = relay_window_open(r);
@@ -418,11 +342,11 @@ static int session(struct relay *r)
         int lrc = check_liveness(r, now);
         if (lrc < 0)
             return lrc;
-        double due = status_due_in(r, now, !reading);
+        double due = relay_status_due_in(r, now, !reading);
         if (due == 0) {
-            if (send_status(r, now) < 0)
+            if (relay_send_status(r, now, false) < 0)
                 return STREAM_RETRY;
-            due = status_due_in(r, now, !reading);
+            due = relay_status_due_in(r, now, !reading);
         }
         double live_due = liveness_due_in(&r->live, now);
         if (live_due < due)
@@ -433,7 +357,8 @@ static int session(struct relay *r)
          * next transaction's WAL wakes the loop anyway, and a wake-up of
          * its own for each report cost a context switch per transaction.
          * They wait LAZY_REPORTS_MS at most, which confirms a little later
-         * (status updates go at most every STATUS_MIN_GAP anyway) and
+         * (status updates go at most every STATUS_MIN_GAP, relay_state.c,
+         * anyway) and
          * changes no latency the relayer reports: those are taken when the
          * broker answered (sink.h). Promptly when they are what the loop
          * waits for: a full window, a rewind waiting for the reports of
@@ -493,7 +418,7 @@ static void rewind_replication(struct relay *r)
         r->auth_since = 0;
     if (r->rewind_class == KAFKA_ERR_AUTH && r->auth_since == 0)
         r->auth_since = now;
-    if (stream_streaming(r->stream) && send_status(r, now) < 0)
+    if (stream_streaming(r->stream) && relay_send_status(r, now, false) < 0)
         log_warn("%s", stream_errstr(r->stream));
     stream_stop(r->stream, 5000);
     deadletter_queue_clear(&r->dlq);
@@ -538,7 +463,7 @@ static void finish(struct relay *r)
                  "confirmed and will be sent again by the next run",
                  sink_inflight(r->sink), r->cfg->shutdown_timeout);
     if (stream_streaming(r->stream)) {
-        if (send_status(r, mono_now()) < 0)
+        if (relay_send_status(r, mono_now(), false) < 0)
             log_warn("%s", stream_errstr(r->stream));
         stream_stop(r->stream, 5000);
     }

@@ -1,12 +1,14 @@
 /*
- * relay_internal.h — the relay's state, shared by its three files only
- * (not a public header):
+ * relay_internal.h — the relay's state, shared by its four files only
+ * (not a public header). They call one way, each only the files below it:
  *   relay.c           the loop: sessions, reconnects, rewinds, backpressure,
- *                     status updates, the clean stop
+ *                     the clean stop
+ *   relay_backfill.c  the slot-creation hooks and backfill runs
  *   relay_sink.c      the relay's side of the sink: producing with a full
  *                     queue waited out, delivery reports (acks, rewinds,
  *                     poison), dead letters (deadletter.h)
- *   relay_backfill.c  the slot-creation hooks and backfill runs
+ *   relay_state.c     the bottom: the first fatal error, the in-flight
+ *                     window, status updates and their timing
  * Decisions about frames live in dispatch.c, not here.
  */
 #ifndef OUTBOX_RELAY_RELAY_INTERNAL_H
@@ -78,10 +80,16 @@ struct relay {
     char errstr[RELAY_ERRLEN];
 };
 
-/* relay.c */
+/* relay_state.c */
 void relay_set_fatal(struct relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether to read more WAL (dispatch_window_open over the sink's counts). */
 bool relay_window_open(const struct relay *r);
+/* Sends a status update now (write and flush from the trackers) and
+ * notes when; 0, or a negative enum stream_rc (stream_errstr says why). */
+int relay_send_status(struct relay *r, double now, bool reply_requested);
+/* Seconds until the next status update is due (0 = now); blocked: the
+ * window is full, so updates go at least every second. */
+double relay_status_due_in(const struct relay *r, double now, bool blocked);
 /* Sends a status update when one is due, during waits inside one step. */
 void relay_keep_status(struct relay *r);
 
