@@ -57,25 +57,7 @@
 
 enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2 };
 
-/* dispatch's world (dispatch.h): the sink, dead letters, partitions. */
-static int op_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
-{
-    return relay_produce(ctx, ev, token);
-}
-
-/* No topic: the change never got as far as one. */
-static int op_dead_letter(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
-                          const char *value, size_t value_len, const char *why)
-{
-    char *type = strndup(ev->type != NULL ? ev->type : "", ev->type_len);
-    int rc = type != NULL ? relay_dead_letter(ctx, token, lsn, ev->event_id, type, "",
-                                              ev->aggregate_id, ev->aggregate_id_len, value,
-                                              value_len, why)
-                          : -1;
-    free(type);
-    return rc;
-}
-
+/* dispatch's world (dispatch.h): partitions (the sink's side: relay_sink.c). */
 static int op_member(void *ctx, const struct decoder_record *rec, char *why, size_t whylen)
 {
     struct relay *r = ctx;
@@ -139,7 +121,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                      .table_name = cfg->table_name,
                                      .message_prefix = cfg->message_prefix,
                                      .dead_letter = cfg->on_poison == POISON_DEAD_LETTER};
-    struct dispatch_ops ops = {.produce = op_produce, .dead_letter = op_dead_letter,
+    struct dispatch_ops ops = {.produce = relay_produce, .dead_letter = relay_dead_letter_change,
                                .member = op_member, .tx_begin = op_tx_begin,
                                .tx_commit = op_tx_commit, .ctx = r};
     if (r->tracker != NULL && r->decoder != NULL)

@@ -98,14 +98,15 @@ void relay_keep_status(struct relay *r);
  * they left. Every wait of the relay goes through here. */
 int relay_serve(struct relay *r, int timeout_ms);
 void relay_serve_dead_letters(struct relay *r);
+/* The sink's report callback (sink_new); ctx is the relay. */
 void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep);
-/* Produces one event; 0 when the sink took it (see the definition). */
-int relay_produce(struct relay *r, const struct outbox_event *ev, uint64_t token);
-int relay_dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const char *event_id,
-                      const char *type, const char *topic, const char *key, size_t key_len,
-                      const char *value, size_t value_len, const char *error);
-void relay_request_rewind(struct relay *r, enum kafka_err_class cls, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* dispatch_ops.produce, and the backfill's: produces one event; 0 when the
+ * sink took it (see the definition). ctx is the relay. */
+int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token);
+/* dispatch_ops.dead_letter: an undecodable change to the dead-letter
+ * topic. ctx is the relay. */
+int relay_dead_letter_change(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
+                             const char *value, size_t value_len, const char *why);
 
 /* relay_backfill.c */
 int relay_on_slot_creating(void *ctx, bool *export_snapshot, char *err, size_t errlen);
