@@ -6,10 +6,12 @@
  *   relay_backfill.c  the slot-creation hooks and backfill runs
  *   relay_sink.c      the relay's side of the sink: producing with a full
  *                     queue waited out, delivery reports (acks, rewinds,
- *                     poison), dead letters (deadletter.h)
+ *                     poison, as report_judge.h decides), dead letters
+ *                     (deadletter.h)
  *   relay_state.c     the bottom: the first fatal error, the in-flight
  *                     window, status updates and their timing
- * Decisions about frames live in dispatch.c, not here.
+ * Decisions about frames live in dispatch.c, about delivery reports in
+ * report_judge.c, not here.
  */
 #ifndef OUTBOX_RELAY_RELAY_INTERNAL_H
 #define OUTBOX_RELAY_RELAY_INTERNAL_H

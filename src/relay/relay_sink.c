@@ -1,8 +1,10 @@
 /*
  * relay_sink.c — the relay's side of the Kafka sink (see relay_internal.h):
- * producing with a full librdkafka queue waited out, what each delivery
- * report means (an ack, a rewind, a poison event), and sending dead letters
- * (deadletter.h) from the loop. Calls down to relay_state.c only.
+ * producing with a full librdkafka queue waited out, doing what
+ * report_judge (report_judge.h) makes of each delivery report and of each
+ * refused produce (an ack, a rewind, a backfill retry, a dead letter, a
+ * halt), and sending dead letters (deadletter.h) from the loop. Calls down
+ * to relay_state.c only.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -138,6 +140,37 @@ static lsn_t report_lsn(const struct relay *r, uint64_t token)
     return lsn ? lsn : r->stats.received_lsn;
 }
 
+/* The last sentence of a halt's error: what the operator can do. Pure, a
+ * function of the judge's facts only; it belongs beside report_judge in
+ * report_judge.c (with a unit test) and is kept here until it moves. */
+static const char *halt_advice(const struct report_facts *f)
+{
+    if (f->backfill)
+        return "It was a backfill delivery: the backfill stays unfinished and the next start "
+               "redoes or resumes it";
+    if (f->poison && !f->dead_letter_policy)
+        return "Fix the cause and restart, or run with --on-poison dead-letter";
+    if (f->poison)
+        return "The dead-letter topic refused it too: fix the cause and restart";
+    return "The producer, not the event, failed: restart to send it again";
+}
+
+/* Counts a delivery: when the broker's answer came in, not when the report
+ * is served (served lazily, that can be later). */
+static void count_delivered(struct relay *r, uint64_t token, const struct sink_report *rep)
+{
+    r->stats.events_delivered++;
+    if (r->metrics == NULL)
+        return;
+    int64_t stamp = tracker_token_stamp(r->tracker, token);
+    int64_t acked = rep->acked_unix_us ? rep->acked_unix_us : wall_now_us();
+    metrics_event_delivered(r->metrics, rep->topic, stamp ? (double) (acked - stamp) / 1e6 : -1,
+                            rep->ack_latency_us >= 0 ? (double) rep->ack_latency_us / 1e6 : -1);
+}
+
+/* Gathers the facts of one report, asks report_judge, and does what the
+ * verdict says; nothing here decides. A backfilled row's token is split
+ * off first: it is tracked, without its bit, by the backfill's tracker. */
 void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
 {
     struct relay *r = ctx;
@@ -157,17 +190,7 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     };
     enum report_verdict v = report_judge(&f);
     if (v == REPORT_ACK) {
-        r->stats.events_delivered++;
-        if (r->metrics) {
-            /* Delivered when the broker's answer came in, not when the
-             * report is served: served lazily, that can be later. */
-            int64_t stamp = tracker_token_stamp(r->tracker, token);
-            int64_t acked = rep->acked_unix_us ? rep->acked_unix_us : wall_now_us();
-            metrics_event_delivered(r->metrics, rep->topic,
-                                    stamp ? (double) (acked - stamp) / 1e6 : -1,
-                                    rep->ack_latency_us >= 0 ? (double) rep->ack_latency_us / 1e6
-                                                             : -1);
-        }
+        count_delivered(r, token, rep);
         tracker_ack(t, tt);
         return;
     }
@@ -210,15 +233,7 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
                     "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT ": %s; the "
                     "slot stays at " LSN_FMT " and nothing after this event is confirmed. %s",
                     rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn), rep->errstr,
-                    LSN_ARGS(tracker_confirmed(r->tracker)),
-                    backfill ? "It was a backfill delivery: the backfill stays "
-                               "unfinished and the next start redoes or resumes it"
-                    : rep->poison && r->cfg->on_poison == POISON_HALT
-                        ? "Fix the cause and restart, or run with --on-poison dead-letter"
-                    : rep->poison ? "The dead-letter topic refused it too: fix the cause and "
-                                    "restart"
-                                  : "The producer, not the event, failed: restart to send it "
-                                    "again");
+                    LSN_ARGS(tracker_confirmed(r->tracker)), halt_advice(&f));
 }
 
 /* The default ce_source names the database the stream is connected to:
@@ -233,11 +248,13 @@ static void set_ce_source(struct relay *r)
 }
 
 /* Produces one event, waiting out a full librdkafka queue (serving reports
- * and sending status updates meanwhile). Poison events are dead-lettered or
- * halt the relay, by policy; events that cannot be produced now (topic
- * unknown or unauthorized as far as the metadata says) start a rewind.
- * Returns 0 when the sink took the event, 1 when it did not (dealt with
- * here: stopping, a rewind, a dead letter, a fatal error). */
+ * and sending status updates meanwhile). A refusal is judged as its failed
+ * delivery report would be (report_judge): poison events are dead-lettered
+ * or halt the relay, by policy; events that cannot be produced now (topic
+ * unknown or unauthorized as far as the metadata says) start a rewind, or
+ * stop a backfill run to be resumed. Returns 0 when the sink took the
+ * event, 1 when it did not (dealt with here: stopping, a rewind, a
+ * backfill retry, a dead letter, a fatal error). */
 int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
 {
     struct relay *r = ctx;
@@ -259,28 +276,35 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
     }
     if (rc == SINK_FULL)
         return 1; /* stopping; unconfirmed, so it is sent again next run */
-    if (rc == SINK_RETRY && is_backfill(token)) {
+    struct report_facts f = {.backfill = is_backfill(token), .live = true,
+                             .waits = rc == SINK_RETRY, .poison = rc == SINK_POISON,
+                             .dead_letter_policy = r->cfg->on_poison == POISON_DEAD_LETTER,
+                             .rewinding = r->rewind};
+    switch (report_judge(&f)) {
+    case REPORT_BACKFILL_RETRY:
         if (!r->bf_retry)
             log_warn("slot=%s: backfill: cannot produce row id=%s now: %s (%s); the backfill "
                      "is resumed from its last acknowledged rows", r->cfg->slot, ev->event_id,
                      sink_errstr(r->sink), kafka_err_class_name(sink_err_class(r->sink)));
         r->bf_retry = true;
         return 1;
-    }
-    if (rc == SINK_RETRY) {
+    case REPORT_REWIND:
         request_rewind(r, sink_err_class(r->sink), "slot=%s lsn=" LSN_FMT ": cannot produce "
                        "now: %s (%s)", r->cfg->slot, LSN_ARGS(ev->lsn), sink_errstr(r->sink),
                        kafka_err_class_name(sink_err_class(r->sink)));
         return 1; /* its group waits for an ack that never comes: not confirmed */
-    }
-    enum deadletter_verdict v = deadletter_judge(r->cfg->on_poison == POISON_DEAD_LETTER,
-                                                 rc == SINK_POISON, r->rewind, false);
-    if (v == DEADLETTER_SKIP)
+    case REPORT_SKIP:
         return 1; /* produced again after the rewind, and judged then */
-    if (v == DEADLETTER_SEND &&
-        dead_letter_event(r, token, ev->lsn, ev, sink_last_topic(r->sink), ev->payload,
-                          ev->payload_len, sink_errstr(r->sink)) >= 0)
-        return 1;
+    case REPORT_DEAD_LETTER:
+        if (dead_letter_event(r, token, ev->lsn, ev, sink_last_topic(r->sink), ev->payload,
+                              ev->payload_len, sink_errstr(r->sink)) >= 0)
+            return 1;
+        break;
+    case REPORT_ACK:
+    case REPORT_STALE: /* neither comes of a refusal */
+    case REPORT_HALT:
+        break;
+    }
     relay_set_fatal(r, "slot=%s lsn=" LSN_FMT ": cannot produce: %s; nothing from here on is "
                     "confirmed", r->cfg->slot, LSN_ARGS(ev->lsn), sink_errstr(r->sink));
     return 1;
