@@ -1,15 +1,19 @@
 /*
  * relay_internal.h — the relay's state, shared by its four files only
  * (not a public header). They call one way, each only the files below it:
- *   relay.c           the loop: sessions, reconnects, rewinds, backpressure,
- *                     the clean stop
+ *   relay.c           the lifecycle and the outer loop: starts, reconnects,
+ *                     rewinds, the clean stop; it fills dispatch's ops and
+ *                     the sink's and the slot's callbacks with the
+ *                     functions of the files below
+ *   relay_session.c   one streaming session: reading within the window,
+ *                     liveness, status updates, the waits
  *   relay_backfill.c  the slot-creation hooks and backfill runs
  *   relay_sink.c      the relay's side of the sink: producing with a full
  *                     queue waited out, delivery reports (acks, rewinds,
  *                     poison, as report_judge.h decides), dead letters
  *                     (deadletter.h)
  *   relay_state.c     the bottom: the first fatal error, the in-flight
- *                     window, status updates and their timing
+ *                     window, status updates and their timing, gauges
  * Decisions about frames live in dispatch.c, about delivery reports in
  * report_judge.c, not here.
  */
@@ -94,6 +98,8 @@ int relay_send_status(struct relay *r, double now, bool reply_requested);
 double relay_status_due_in(const struct relay *r, double now, bool blocked);
 /* Sends a status update when one is due, during waits inside one step. */
 void relay_keep_status(struct relay *r);
+/* Refreshes the gauges the metrics endpoint shows (none without metrics). */
+void relay_publish_gauges(struct relay *r, bool streaming);
 
 /* relay_sink.c */
 /* Serves delivery reports for at most timeout_ms, then the dead letters
@@ -109,6 +115,13 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token);
  * topic. ctx is the relay. */
 int relay_dead_letter_change(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
                              const char *value, size_t value_len, const char *why);
+
+/* relay_session.c */
+enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2 };
+/* Streams until stop, a fatal error, a rewind or a lost connection: an
+ * enum session_rc, or a negative enum stream_rc (STREAM_FATAL with the
+ * relay's error set, or a lost connection: stream_errstr says why). */
+int relay_session(struct relay *r);
 
 /* relay_backfill.c */
 int relay_on_slot_creating(void *ctx, bool *export_snapshot, char *err, size_t errlen);

@@ -3,7 +3,8 @@
  * helpers that every side of it uses on the shared state, the loop
  * (relay.c), the sink's side (relay_sink.c) and the backfill's
  * (relay_backfill.c) alike: the first fatal error, the in-flight window,
- * and status updates with their timing. It calls no other file of the
+ * status updates with their timing, and the gauges of the metrics
+ * endpoint. It calls no other file of the
  * relay, so the others can all call down to it.
  */
 #include "relay_internal.h"
@@ -12,6 +13,7 @@
 #include <stdio.h>
 
 #include "outbox_relay/base/log.h"
+#include "outbox_relay/core/metrics.h"
 #include "outbox_relay/core/dispatch.h"
 #include "outbox_relay/core/tracker.h"
 #include "outbox_relay/kafka/sink.h"
@@ -87,4 +89,21 @@ void relay_keep_status(struct relay *r)
         r->last_status = now; /* not again before the next interval */
         log_debug("%s", stream_errstr(r->stream));
     }
+}
+
+/* Refreshes the gauges the metrics endpoint shows. */
+void relay_publish_gauges(struct relay *r, bool streaming)
+{
+    if (r->metrics == NULL)
+        return;
+    metrics_set_inflight(r->metrics, sink_inflight(r->sink), sink_inflight_bytes(r->sink));
+    metrics_set_confirmed_lsn(r->metrics, tracker_confirmed(r->tracker));
+    metrics_set_received_lsn(r->metrics, r->stats.received_lsn);
+    int64_t oldest = tracker_oldest_stamp(r->tracker);
+    double age = oldest ? (double) (wall_now_us() - oldest) / 1e6 : 0;
+    metrics_set_oldest_pending_age(r->metrics, age > 0 ? age : 0);
+    metrics_set_state(r->metrics, stream_connected(r->stream), streaming,
+                      sink_brokers_up(r->sink));
+    if (!r->rewind && r->stats.rewinds && tracker_confirmed(r->tracker) > r->rewind_progress)
+        metrics_set_delivery_waiting(r->metrics, NULL); /* got through again */
 }
