@@ -37,6 +37,7 @@
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
 #define REFUSED_POLL 5.0    /* s between tries while the server refuses the plugin */
 #define REFUSED_LOG_EVERY 60.0 /* s between repeats of that error in the log */
+#define BACKOFF_MIN 0.5     /* s, the first pause after a failed start */
 #define REWIND_MIN 0.2      /* s before the first re-production after a rewind */
 #define AUTH_GRACE 30.0     /* s an authorization refusal may last, without any
                                progress, before it counts as permanent */
@@ -244,156 +245,216 @@ static void finish(struct relay *r)
     }
 }
 
-int relay_run(struct relay *r)
+/* What relay_run keeps from one start of replication to the next. */
+struct run {
+    double backoff;        /* s, the next pause after a failed start */
+    bool streamed;         /* a session has started */
+    bool backfilled;       /* a resumed backfill has finished */
+    bool waiting_logged;   /* the wait for another process is logged */
+    double refused_logged; /* monotonic s the plugin's refusal was last logged */
+    int exit_code;
+};
+
+/* What one step of relay_run leads to. */
+enum step { STEP_ON, STEP_AGAIN, STEP_END };
+
+/* Another process holds the slot or the backfill lock: a standby's wait,
+ * logged once. */
+static void wait_standby(struct relay *r, struct run *run, const char *why)
+{
+    if (!run->waiting_logged)
+        log_info("%s", why);
+    run->waiting_logged = true;
+    pause_serving(r, jitter(STANDBY_POLL));
+}
+
+/* A start failed retriably: pause, twice as long each time up to
+ * --reconnect-max. */
+static void back_off(struct relay *r, struct run *run, const char *why)
+{
+    log_warn("%s; retrying in about %.1f s", why, run->backoff);
+    pause_serving(r, jitter(run->backoff));
+    run->backoff = run->backoff * 2 > r->cfg->reconnect_max ? r->cfg->reconnect_max
+                                                             : run->backoff * 2;
+}
+
+/* The server refuses the output plugin. Not fatal: a reload of the
+ * server's configuration cures it, and a relayer that stays up can say why
+ * it does not stream. */
+static void wait_refused(struct relay *r, struct run *run)
+{
+    if (r->metrics)
+        metrics_set_plugin_refused(r->metrics, stream_errstr(r->stream));
+    relay_publish_gauges(r, false);
+    if (mono_now() - run->refused_logged >= REFUSED_LOG_EVERY) {
+        log_error("%s", stream_errstr(r->stream));
+        run->refused_logged = mono_now();
+    }
+    pause_serving(r, jitter(REFUSED_POLL));
+}
+
+/* The slot exists and its backfill has not finished: relay_resume_backfill,
+ * and what its answer means for the loop (an enum step). */
+static int resume_backfill(struct relay *r, struct run *run)
+{
+    int brc = relay_resume_backfill(r);
+    if (brc == BACKFILL_OK) {
+        run->backfilled = true;
+        run->waiting_logged = false;
+        run->backoff = BACKOFF_MIN;
+        return STEP_AGAIN;
+    }
+    relay_publish_gauges(r, false);
+    if (brc == BACKFILL_BUSY) {
+        wait_standby(r, run, backfill_errstr(r->backfill));
+        return STEP_AGAIN;
+    }
+    if (*r->stop)
+        return STEP_END;
+    if (brc == BACKFILL_FATAL || r->fatal) {
+        relay_set_fatal(r, "%s", backfill_errstr(r->backfill));
+        return STEP_END;
+    }
+    back_off(r, run, backfill_errstr(r->backfill));
+    return STEP_AGAIN;
+}
+
+/* Starts replication (creating the slot, and backfilling, when it must).
+ * Returns STEP_ON once it streams, else STEP_AGAIN after the wait its
+ * answer calls for, or STEP_END (fatal, or the other plugin wanted). */
+static int start_replication(struct relay *r, struct run *run, lsn_t *slot_confirmed,
+                             bool *created)
+{
+    int rc = stream_start(r->stream, tracker_confirmed(r->tracker), slot_confirmed, created);
+    backfill_unlock(r->backfill); /* held from before creating the slot */
+    if (rc == STREAM_FATAL) {
+        if (!*r->stop) /* a stop during backfill is not an error */
+            relay_set_fatal(r, "%s", stream_errstr(r->stream));
+        return STEP_END;
+    }
+    if (rc == STREAM_PLUGIN) {
+        log_info("%s: starting over with %s", stream_errstr(r->stream),
+                 stream_switch_plugin(r->stream));
+        snprintf(r->switch_plugin, sizeof r->switch_plugin, "%s",
+                 stream_switch_plugin(r->stream));
+        run->exit_code = RELAY_SWITCH_PLUGIN;
+        return STEP_END;
+    }
+    if (rc == STREAM_REFUSED) {
+        wait_refused(r, run);
+        return STEP_AGAIN;
+    }
+    if (r->metrics)
+        metrics_set_plugin_refused(r->metrics, NULL);
+    if (rc == STREAM_BACKFILL)
+        return resume_backfill(r, run);
+    if (r->cfg->backfill_pending && !*created && !run->streamed && !run->backfilled &&
+        rc == STREAM_OK)
+        log_info("slot=%s exists already: --backfill applies only when the slot is created",
+                 r->cfg->slot);
+    relay_publish_gauges(r, false);
+    if (rc == STREAM_BUSY) {
+        wait_standby(r, run, stream_errstr(r->stream));
+        return STEP_AGAIN;
+    }
+    if (rc != STREAM_OK) {
+        back_off(r, run, stream_errstr(r->stream));
+        return STEP_AGAIN;
+    }
+    return STEP_ON;
+}
+
+/* Replication runs: the trackers and the dispatch set up for a session
+ * from the slot's confirmed position. */
+static void begin_streaming(struct relay *r, struct run *run, bool created, lsn_t slot_confirmed)
 {
     const struct relay_config *cfg = r->cfg;
-    double backoff = 0.5;
-    bool streamed = false, waiting_logged = false, backfilled = false;
-    double refused_logged = -1e9;
-    int exit_code = 0;
+    if (created && r->bf_at_creation)
+        log_info("created replication slot %s with %s at " LSN_FMT " after "
+                 "backfilling the rows committed before it", cfg->slot,
+                 decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
+    else if (created)
+        log_warn("created replication slot %s with %s at " LSN_FMT "; outbox events "
+                 "committed before now are not relayed by it",
+                 cfg->slot, decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
+    tracker_reset(r->tracker, slot_confirmed);
+    if (r->stats.received_lsn < tracker_confirmed(r->tracker))
+        r->stats.received_lsn = tracker_confirmed(r->tracker);
+    r->sent_flush = 0;
+    log_info("slot=%s lsn=" LSN_FMT ": streaming %s.%s to Kafka (%s, walsender pid %d)",
+             cfg->slot, LSN_ARGS(tracker_confirmed(r->tracker)), cfg->table_schema,
+             cfg->table_name, decoder_plugin(r->decoder), stream_backend_pid(r->stream));
+    backfill_close(r->backfill); /* streaming: no lock left to wait for */
+    run->streamed = true;
+    run->waiting_logged = false;
+    run->backoff = BACKOFF_MIN;
+    stream_set_create_slot(r->stream, false);
+    r->rewind = false; /* this session starts at the confirmed position anyway */
+    dispatch_set_partitioned(r->dispatch, stream_outbox_partitioned(r->stream) &&
+                                              !decoder_names_root(r->decoder));
+}
 
+/* Connection lost: keep the producer, let in-flight deliveries finish so
+ * their positions can be confirmed after reconnecting. An enum step. */
+static int reconnect(struct relay *r, struct run *run)
+{
+    log_warn("%s; reconnecting (%zu deliveries in flight)", stream_errstr(r->stream),
+             sink_inflight(r->sink));
+    stream_close(r->stream);
+    r->stats.reconnects++;
+    if (r->metrics)
+        metrics_reconnected(r->metrics);
+    relay_publish_gauges(r, false);
+    sink_flush(r->sink, 5000);
+    if (r->fatal)
+        return STEP_END;
+    pause_serving(r, jitter(run->backoff));
+    return STEP_AGAIN;
+}
+
+/* What relay_session()'s answer rc means for the loop: an enum step. */
+static int end_session(struct relay *r, struct run *run, int rc)
+{
+    sink_set_lazy(r->sink, false);
+    if (rc == SESSION_STOP)
+        return STEP_END;
+    if (rc == SESSION_REWIND) {
+        rewind_replication(r);
+        return r->fatal ? STEP_END : STEP_AGAIN;
+    }
+    if (rc == STREAM_FATAL) {
+        if (!r->fatal)
+            relay_set_fatal(r, "%s", stream_errstr(r->stream));
+        return STEP_END;
+    }
+    return reconnect(r, run);
+}
+
+int relay_run(struct relay *r)
+{
+    struct run run = {.backoff = BACKOFF_MIN, .refused_logged = -1e9};
     srand((unsigned) time(NULL) ^ (unsigned) getpid());
     while (!*r->stop) {
         lsn_t slot_confirmed = 0;
         bool created = false;
-        int rc = stream_start(r->stream, tracker_confirmed(r->tracker), &slot_confirmed, &created);
-        backfill_unlock(r->backfill); /* held from before creating the slot */
-        if (rc == STREAM_FATAL) {
-            if (!*r->stop) /* a stop during backfill is not an error */
-                relay_set_fatal(r, "%s", stream_errstr(r->stream));
+        int step = start_replication(r, &run, &slot_confirmed, &created);
+        if (step == STEP_ON) {
+            begin_streaming(r, &run, created, slot_confirmed);
+            step = end_session(r, &run, relay_session(r));
+        }
+        if (step == STEP_END)
             break;
-        }
-        if (rc == STREAM_PLUGIN) {
-            log_info("%s: starting over with %s", stream_errstr(r->stream),
-                     stream_switch_plugin(r->stream));
-            snprintf(r->switch_plugin, sizeof r->switch_plugin, "%s",
-                     stream_switch_plugin(r->stream));
-            exit_code = RELAY_SWITCH_PLUGIN;
-            break;
-        }
-        if (rc == STREAM_REFUSED) {
-            /* Not fatal: a reload of the server's configuration cures it,
-             * and a relayer that stays up can say why it does not stream. */
-            if (r->metrics)
-                metrics_set_plugin_refused(r->metrics, stream_errstr(r->stream));
-            relay_publish_gauges(r, false);
-            if (mono_now() - refused_logged >= REFUSED_LOG_EVERY) {
-                log_error("%s", stream_errstr(r->stream));
-                refused_logged = mono_now();
-            }
-            pause_serving(r, jitter(REFUSED_POLL));
-            continue;
-        }
-        if (r->metrics)
-            metrics_set_plugin_refused(r->metrics, NULL);
-        if (rc == STREAM_BACKFILL) {
-            int brc = relay_resume_backfill(r);
-            if (brc == BACKFILL_OK) {
-                backfilled = true;
-                waiting_logged = false;
-                backoff = 0.5;
-                continue;
-            }
-            relay_publish_gauges(r, false);
-            if (brc == BACKFILL_BUSY) {
-                if (!waiting_logged)
-                    log_info("%s", backfill_errstr(r->backfill));
-                waiting_logged = true;
-                pause_serving(r, jitter(STANDBY_POLL));
-                continue;
-            }
-            if (*r->stop)
-                break;
-            if (brc == BACKFILL_FATAL || r->fatal) {
-                relay_set_fatal(r, "%s", backfill_errstr(r->backfill));
-                break;
-            }
-            log_warn("%s; retrying in about %.1f s", backfill_errstr(r->backfill), backoff);
-            pause_serving(r, jitter(backoff));
-            backoff = backoff * 2 > cfg->reconnect_max ? cfg->reconnect_max : backoff * 2;
-            continue;
-        }
-        if (cfg->backfill_pending && !created && !streamed && !backfilled && rc == STREAM_OK)
-            log_info("slot=%s exists already: --backfill applies only when the slot is created",
-                     cfg->slot);
-        relay_publish_gauges(r, false);
-        if (rc == STREAM_BUSY) {
-            if (!waiting_logged)
-                log_info("%s", stream_errstr(r->stream));
-            waiting_logged = true;
-            pause_serving(r, jitter(STANDBY_POLL));
-            continue;
-        }
-        if (rc != STREAM_OK) {
-            log_warn("%s; retrying in about %.1f s", stream_errstr(r->stream), backoff);
-            pause_serving(r, jitter(backoff));
-            backoff = backoff * 2 > cfg->reconnect_max ? cfg->reconnect_max : backoff * 2;
-            continue;
-        }
-
-        if (created && r->bf_at_creation)
-            log_info("created replication slot %s with %s at " LSN_FMT " after "
-                     "backfilling the rows committed before it", cfg->slot,
-                     decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
-        else if (created)
-            log_warn("created replication slot %s with %s at " LSN_FMT "; outbox events "
-                     "committed before now are not relayed by it",
-                     cfg->slot, decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
-        tracker_reset(r->tracker, slot_confirmed);
-        if (r->stats.received_lsn < tracker_confirmed(r->tracker))
-            r->stats.received_lsn = tracker_confirmed(r->tracker);
-        r->sent_flush = 0;
-        log_info("slot=%s lsn=" LSN_FMT ": streaming %s.%s to Kafka (%s, walsender pid %d)",
-                 cfg->slot, LSN_ARGS(tracker_confirmed(r->tracker)), cfg->table_schema,
-                 cfg->table_name, decoder_plugin(r->decoder), stream_backend_pid(r->stream));
-        backfill_close(r->backfill); /* streaming: no lock left to wait for */
-        streamed = true;
-        waiting_logged = false;
-        backoff = 0.5;
-        stream_set_create_slot(r->stream, false);
-        r->rewind = false; /* this session starts at the confirmed position anyway */
-        dispatch_set_partitioned(r->dispatch, stream_outbox_partitioned(r->stream) &&
-                                                  !decoder_names_root(r->decoder));
-
-        rc = relay_session(r);
-        sink_set_lazy(r->sink, false);
-        if (rc == SESSION_STOP)
-            break;
-        if (rc == SESSION_REWIND) {
-            rewind_replication(r);
-            if (r->fatal)
-                break;
-            continue;
-        }
-        if (rc == STREAM_FATAL) {
-            if (!r->fatal)
-                relay_set_fatal(r, "%s", stream_errstr(r->stream));
-            break;
-        }
-        /* Connection lost: keep the producer, let in-flight deliveries
-         * finish so their positions can be confirmed after reconnecting. */
-        log_warn("%s; reconnecting (%zu deliveries in flight)", stream_errstr(r->stream),
-                 sink_inflight(r->sink));
-        stream_close(r->stream);
-        r->stats.reconnects++;
-        if (r->metrics)
-            metrics_reconnected(r->metrics);
-        relay_publish_gauges(r, false);
-        sink_flush(r->sink, 5000);
-        if (r->fatal)
-            break;
-        pause_serving(r, jitter(backoff));
     }
 
     if (r->fatal) {
         log_error("%s", r->errstr);
-        exit_code = 1;
+        run.exit_code = 1;
     }
     finish(r);
-    if (exit_code == RELAY_SWITCH_PLUGIN)
-        return exit_code;
-    log_info("slot=%s lsn=" LSN_FMT ": stopped (%llu events delivered)", cfg->slot,
+    if (run.exit_code == RELAY_SWITCH_PLUGIN)
+        return run.exit_code;
+    log_info("slot=%s lsn=" LSN_FMT ": stopped (%llu events delivered)", r->cfg->slot,
              LSN_ARGS(tracker_confirmed(r->tracker)),
              (unsigned long long) r->stats.events_delivered);
-    return exit_code;
+    return run.exit_code;
 }
