@@ -1,5 +1,5 @@
 /*
- * main.c — outbox-relay: stream a PostgreSQL transactional outbox to Kafka
+ * outbox_relay.c — outbox-relay: stream a PostgreSQL transactional outbox to Kafka
  * from the WAL. Parses the configuration, installs signal handlers and
  * dispatches to one of four commands:
  *   run     the relay, with the metrics registry, the HTTP endpoint (when

@@ -48,3 +48,15 @@ const char *report_verdict_name(enum report_verdict v)
     }
     return "?";
 }
+
+const char *report_halt_advice(const struct report_facts *f)
+{
+    if (f->backfill)
+        return "It was a backfill delivery: the backfill stays unfinished and the next start "
+               "redoes or resumes it";
+    if (f->poison && !f->dead_letter_policy)
+        return "Fix the cause and restart, or run with --on-poison dead-letter";
+    if (f->poison)
+        return "The dead-letter topic refused it too: fix the cause and restart";
+    return "The producer, not the event, failed: restart to send it again";
+}

@@ -1,32 +1,25 @@
 /*
- * relay.c — the main loop (see relay.h).
- *
- * One thread. Each turn: serve Kafka delivery reports (they ack the
- * tracker), read as many replication frames as the in-flight window allows,
- * send a status update when one is due, then wait on PostgreSQL's socket and
- * librdkafka's event pipe until the next deadline. When the window is full
- * the relayer stops reading WAL but keeps sending status updates, so the
- * server does not time the connection out while Kafka catches up.
- *
- * Each frame goes to the output plugin's decoder and from there to
- * dispatch (dispatch.h), which decides what it means for the tracker and
- * the sink; what the sink's answers mean is relay_sink.c's, the backfill's
- * hooks are relay_backfill.c's.
+ * relay.c — the relay's lifecycle and its outer loop (see relay.h): the
+ * relay made and freed, and relay_run, which starts replication (creating
+ * the slot, with the backfill hooks of relay_backfill.c, or finishing an
+ * unfinished backfill), runs a session (relay_session.c) and deals with
+ * its end: a stop, a rewind, a lost connection (reconnect with a capped,
+ * jittered exponential backoff), a fatal error; then the clean stop.
  *
  * Rewind: a delivery error that is waited out (kafka_errors.h) stops the
- * reading; once nothing is in flight the replication connection is ended
- * and started again from the confirmed position, so everything after it is
- * produced again, in commit order (rewind_replication).
+ * reading; once nothing is in flight the session ends, the replication
+ * connection is ended and started again from the confirmed position, so
+ * everything after it is produced again, in commit order
+ * (rewind_replication).
+ *
+ * The top of the relay's files (relay_internal.h): it calls down to the
+ * others, none calls it.
  */
 #include "relay_internal.h"
 
-#include <errno.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,57 +32,18 @@
 #include "outbox_relay/kafka/sink.h"
 #include "outbox_relay/pg/stream.h"
 #include "outbox_relay/core/tracker.h"
-#include "outbox_relay/decode/wire.h"
 
 #define TRACKER_GROUPS 4096
-#define STATUS_MIN_GAP 0.1  /* s between status updates for a moved position */
-#define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
 #define REFUSED_POLL 5.0    /* s between tries while the server refuses the plugin */
 #define REFUSED_LOG_EVERY 60.0 /* s between repeats of that error in the log */
-#define READ_BATCH 256      /* frames between delivery-report polls */
-#define MID_TX_NAP_NS 100000 /* a nap inside a transaction: see refill() */
-#define DRAIN_LAG_US 50000   /* read this long after its commit, a transaction is backlog */
-#define DRAIN_NAP_NS 500000  /* a nap when the socket runs dry while draining: see refill() */
-#define LAZY_REPORTS_MS 10  /* the longest a delivery report waits to be served
-                               while the loop is reading: see session() */
+#define BACKOFF_MIN 0.5     /* s, the first pause after a failed start */
 #define REWIND_MIN 0.2      /* s before the first re-production after a rewind */
 #define AUTH_GRACE 30.0     /* s an authorization refusal may last, without any
                                progress, before it counts as permanent */
 
-enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2 };
-
-void relay_set_fatal(struct relay *r, const char *fmt, ...)
-{
-    if (r->fatal)
-        return; /* keep the first cause */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->errstr, sizeof r->errstr, fmt, ap);
-    va_end(ap);
-    r->fatal = true;
-}
-
-/* dispatch's world (dispatch.h): the sink, dead letters, partitions. */
-static int op_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
-{
-    return relay_produce(ctx, ev, token);
-}
-
-/* No topic: the change never got as far as one. */
-static int op_dead_letter(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
-                          const char *value, size_t value_len, const char *why)
-{
-    char *type = strndup(ev->type != NULL ? ev->type : "", ev->type_len);
-    int rc = type != NULL ? relay_dead_letter(ctx, token, lsn, ev->event_id, type, "",
-                                              ev->aggregate_id, ev->aggregate_id_len, value,
-                                              value_len, why)
-                          : -1;
-    free(type);
-    return rc;
-}
-
-/* The membership rule (partition_rule.h): step 0 is the decoder's, pure;
+/* dispatch's world (dispatch.h): partitions (the sink's side: relay_sink.c).
+ * The membership rule (partition_rule.h): step 0 is the decoder's, pure;
  * the catalog lookup is the partition map's, I/O owned by this loop. */
 static int op_member(void *ctx, const struct decoder_record *rec, char *why, size_t whylen)
 {
@@ -157,7 +111,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                      .table_name = cfg->table_name,
                                      .message_prefix = cfg->message_prefix,
                                      .dead_letter = cfg->on_poison == POISON_DEAD_LETTER};
-    struct dispatch_ops ops = {.produce = op_produce, .dead_letter = op_dead_letter,
+    struct dispatch_ops ops = {.produce = relay_produce, .dead_letter = relay_dead_letter_change,
                                .member = op_member, .tx_begin = op_tx_begin,
                                .tx_commit = op_tx_commit, .ctx = r};
     if (r->tracker != NULL && r->decoder != NULL)
@@ -212,259 +166,6 @@ const struct relay_stats *relay_stats(const struct relay *r)
     return &r->stats;
 }
 
-bool relay_window_open(const struct relay *r)
-{
-    struct dispatch_window w = {.inflight = sink_inflight(r->sink),
-                                .inflight_bytes = sink_inflight_bytes(r->sink),
-                                .max_inflight = r->cfg->max_inflight,
-                                .max_inflight_bytes = r->cfg->max_inflight_bytes,
-                                .rewinding = r->rewind};
-    return dispatch_window_open(&w);
-}
-
-static int send_status_asking(struct relay *r, double now, bool reply_requested)
-{
-    lsn_t flush = tracker_confirmed(r->tracker);
-    lsn_t write = r->stats.received_lsn > flush ? r->stats.received_lsn : flush;
-    int rc = stream_send_status(r->stream, write, flush, reply_requested);
-    if (rc < 0)
-        return rc;
-    if (flush != r->sent_flush)
-        log_debug("slot=%s lsn=" LSN_FMT ": confirmed", r->cfg->slot, LSN_ARGS(flush));
-    r->sent_flush = flush;
-    r->stats.confirmed_lsn = flush;
-    r->last_status = now;
-    r->force_status = false;
-    return 0;
-}
-
-static int send_status(struct relay *r, double now)
-{
-    return send_status_asking(r, now, false);
-}
-
-/* --wal-receiver-timeout: asks the server for a reply at half of it, and
- * gives the connection up (STREAM_RETRY) after all of it without a frame.
- * A stalled path keeps the socket open and silent forever; without this the
- * relayer would wait on it forever. Returns 0 or a negative enum stream_rc. */
-static int check_liveness(struct relay *r, double now)
-{
-    switch (liveness_check(&r->live, now)) {
-    case LIVENESS_PING:
-        log_debug("slot=%s: nothing from the server for %.1f s; asking for a reply",
-                  r->cfg->slot, liveness_silence(&r->live, now));
-        liveness_pinged(&r->live);
-        return send_status_asking(r, now, true) < 0 ? STREAM_RETRY : 0;
-    case LIVENESS_DEAD:
-        return stream_timed_out(r->stream, liveness_silence(&r->live, now));
-    case LIVENESS_OK:
-    default:
-        return 0;
-    }
-}
-
-/* Seconds until the next status update is due (0 = now). */
-static double status_due_in(const struct relay *r, double now, bool blocked)
-{
-    double interval = r->cfg->status_interval;
-    if (blocked && interval > STATUS_BLOCKED)
-        interval = STATUS_BLOCKED;
-    if (r->force_status)
-        return 0;
-    if (tracker_confirmed(r->tracker) != r->sent_flush && interval > STATUS_MIN_GAP)
-        interval = STATUS_MIN_GAP;
-    double due = r->last_status + interval - now;
-    return due > 0 ? due : 0;
-}
-
-/* For waits inside one step of the loop (a full librdkafka queue, the
- * shutdown flush): sends a status update when one is due, as the loop
- * would, so a long Kafka outage does not let wal_sender_timeout end the
- * connection. Only while replication runs (not during a backfill, whose
- * connection is busy exporting the snapshot). A failed send is left for
- * the loop's next read to find. */
-void relay_keep_status(struct relay *r)
-{
-    if (!stream_streaming(r->stream))
-        return;
-    double now = mono_now();
-    if (status_due_in(r, now, true) > 0)
-        return;
-    if (send_status(r, now) < 0) {
-        r->last_status = now; /* not again before the next interval */
-        log_debug("%s", stream_errstr(r->stream));
-    }
-}
-
-/* One frame: a keepalive, or XLogData for the decoder and dispatch. */
-static void handle_frame(struct relay *r, const struct wire_msg *msg)
-{
-    int rc;
-    if (msg->kind == WIRE_KEEPALIVE) {
-        if (msg->wal_end > r->stats.received_lsn)
-            r->stats.received_lsn = msg->wal_end;
-        rc = dispatch_keepalive(r->dispatch, msg->wal_end, msg->reply_requested);
-    } else {
-        if (msg->wal_start > r->stats.received_lsn)
-            r->stats.received_lsn = msg->wal_start;
-        rc = dispatch_frame(r->dispatch, msg->data, msg->data_len, msg->wal_start);
-        int64_t commit_us = dispatch_commit_us(r->dispatch);
-        if (commit_us != r->seen_commit_us) { /* a new transaction: how late is it read? */
-            r->seen_commit_us = commit_us;
-            r->draining = commit_us > 0 && wall_now_us() - commit_us >= DRAIN_LAG_US;
-        }
-    }
-    if (rc == DISPATCH_STATUS)
-        r->force_status = true;
-    else if (rc == DISPATCH_FATAL)
-        relay_set_fatal(r, "%s", dispatch_errstr(r->dispatch));
-}
-
-/* Refreshes the gauges the metrics endpoint shows. */
-static void publish_gauges(struct relay *r, bool streaming)
-{
-    if (r->metrics == NULL)
-        return;
-    metrics_set_inflight(r->metrics, sink_inflight(r->sink), sink_inflight_bytes(r->sink));
-    metrics_set_confirmed_lsn(r->metrics, tracker_confirmed(r->tracker));
-    metrics_set_received_lsn(r->metrics, r->stats.received_lsn);
-    int64_t oldest = tracker_oldest_stamp(r->tracker);
-    double age = oldest ? (double) (wall_now_us() - oldest) / 1e6 : 0;
-    metrics_set_oldest_pending_age(r->metrics, age > 0 ? age : 0);
-    metrics_set_state(r->metrics, stream_connected(r->stream), streaming,
-                      sink_brokers_up(r->sink));
-    if (!r->rewind && r->stats.rewinds && tracker_confirmed(r->tracker) > r->rewind_progress)
-        metrics_set_delivery_waiting(r->metrics, NULL); /* got through again */
-}
-
-/* When the frames run out. The walsender sends a transaction as one frame
- * per change, each flushed on its own, all within tens of microseconds
- * once it decodes the commit; waking on each of them cost a context switch
- * per event at steady rates. So inside a transaction the loop first takes
- * in what the socket already holds: libpq's buffer (16 KiB or so) runs out
- * every few dozen frames while a backlog drains, and napping then, with the
- * socket full, cost a third of the drain speed (docs/benchmarks.md). Only
- * when that brings no whole frame does it nap MID_TX_NAP_NS and take in
- * whatever came meanwhile: the rest of the transaction, read in one go.
- *
- * While draining a backlog (the last transaction was read DRAIN_LAG_US or
- * more after its commit, so a fraction of a millisecond more is nothing)
- * the same goes between transactions, with a nap of DRAIN_NAP_NS: the
- * walsender fills the socket meanwhile, and the events of the next read
- * reach librdkafka together, in fewer and larger requests.
- *
- * The next time the frames run out without one read in between, the loop
- * hands over to poll(), which wakes on the next byte. *tries counts the
- * steps since the last frame read. Returns 1 when there may be frames to
- * read, 0 to poll, or a negative enum stream_rc. */
-static int refill(struct relay *r, int *tries)
-{
-    if (*tries >= 2 || *r->stop || (!r->draining && !tracker_in_tx(r->tracker)))
-        return 0;
-    if ((*tries)++ == 1) {
-        struct timespec nap = {.tv_sec = 0, .tv_nsec = r->draining ? DRAIN_NAP_NS : MID_TX_NAP_NS};
-        nanosleep(&nap, NULL);
-    }
-    int rc = stream_consume(r->stream);
-    return rc < 0 ? rc : 1;
-}
-
-/* Streams until stop, a fatal error or a lost connection. */
-static int session(struct relay *r)
-{
-    struct wire_msg msg;
-    liveness_init(&r->live, r->cfg->wal_receiver_timeout, mono_now());
-    r->seen_commit_us = 0;
-    r->draining = false;
-    if (send_status(r, mono_now()) < 0)
-        return STREAM_RETRY;
-    for (;;) {
-        if (*r->stop)
-            return SESSION_STOP;
-        relay_serve(r, 0);
-        if (r->fatal)
-            return STREAM_FATAL;
-        if (sink_fatal(r->sink)) {
-            relay_set_fatal(r, "%s", sink_errstr(r->sink));
-            return STREAM_FATAL;
-        }
-        if (r->rewind && sink_inflight(r->sink) == 0)
-            return SESSION_REWIND;
-
-        bool reading = relay_window_open(r), heard = false;
-        for (int n = 0, tries = 0; reading && !r->fatal;) {
-            int rc = stream_read(r->stream, &msg);
-            if (rc == 0 && (rc = refill(r, &tries)) > 0)
-                continue;
-            if (rc == 0)
-                break;
-            if (rc < 0)
-                return rc;
-            heard = true;
-            tries = 0;
-            handle_frame(r, &msg);
-            if (++n % READ_BATCH == 0) {
-                relay_serve(r, 0);
-                if (*r->stop)
-                    return SESSION_STOP;
-                if (status_due_in(r, mono_now(), false) == 0 && send_status(r, mono_now()) < 0)
-                    return STREAM_RETRY;
-            }
-            reading = relay_window_open(r);
-        }
-        if (r->fatal)
-            return STREAM_FATAL;
-
-        double now = mono_now();
-        /* While the window is full nothing is read, so silence proves
-         * nothing: the timeout counts only while the relayer reads. */
-        if (heard || !reading)
-            liveness_heard(&r->live, now);
-        int lrc = check_liveness(r, now);
-        if (lrc < 0)
-            return lrc;
-        double due = status_due_in(r, now, !reading);
-        if (due == 0) {
-            if (send_status(r, now) < 0)
-                return STREAM_RETRY;
-            due = status_due_in(r, now, !reading);
-        }
-        double live_due = liveness_due_in(&r->live, now);
-        if (live_due < due)
-            due = live_due;
-
-        publish_gauges(r, true);
-        /* Delivery reports lazily while reading: at a steady rate the
-         * next transaction's WAL wakes the loop anyway, and a wake-up of
-         * its own for each report cost a context switch per transaction.
-         * They wait LAZY_REPORTS_MS at most, which confirms a little later
-         * (status updates go at most every STATUS_MIN_GAP anyway) and
-         * changes no latency the relayer reports: those are taken when the
-         * broker answered (sink.h). Promptly when they are what the loop
-         * waits for: a full window, a rewind waiting for the reports of
-         * what is in flight. */
-        bool lazy = reading && !r->rewind && sink_inflight(r->sink) > 0;
-        sink_set_lazy(r->sink, lazy);
-        struct pollfd pfd[2] = {
-            {.fd = sink_fd(r->sink), .events = POLLIN},
-            {.fd = stream_socket(r->stream), .events = reading ? POLLIN : 0},
-        };
-        int timeout = (int) (due * 1000) + 1;
-        if (lazy && timeout > LAZY_REPORTS_MS)
-            timeout = LAZY_REPORTS_MS;
-        if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
-            relay_set_fatal(r, "poll failed: %s", strerror(errno));
-            return STREAM_FATAL;
-        }
-        if (pfd[1].revents & (POLLIN | POLLERR | POLLHUP)) {
-            int rc = stream_consume(r->stream);
-            if (rc < 0)
-                return rc;
-            liveness_heard(&r->live, mono_now()); /* bytes came, if not yet a whole frame */
-        }
-    }
-}
-
 /* Sleeps up to seconds while serving delivery reports; returns early on
  * stop. */
 static void pause_serving(struct relay *r, double seconds)
@@ -498,7 +199,7 @@ static void rewind_replication(struct relay *r)
         r->auth_since = 0;
     if (r->rewind_class == KAFKA_ERR_AUTH && r->auth_since == 0)
         r->auth_since = now;
-    if (stream_streaming(r->stream) && send_status(r, now) < 0)
+    if (stream_streaming(r->stream) && relay_send_status(r, now, false) < 0)
         log_warn("%s", stream_errstr(r->stream));
     stream_stop(r->stream, 5000);
     deadletter_queue_clear(&r->dlq);
@@ -512,7 +213,7 @@ static void rewind_replication(struct relay *r)
     }
     log_info("slot=%s lsn=" LSN_FMT ": producing everything after the confirmed position "
              "again in about %.1f s", r->cfg->slot, LSN_ARGS(confirmed), r->rewind_backoff);
-    publish_gauges(r, false);
+    relay_publish_gauges(r, false);
     pause_serving(r, jitter(r->rewind_backoff));
 }
 
@@ -543,162 +244,222 @@ static void finish(struct relay *r)
                  "confirmed and will be sent again by the next run",
                  sink_inflight(r->sink), r->cfg->shutdown_timeout);
     if (stream_streaming(r->stream)) {
-        if (send_status(r, mono_now()) < 0)
+        if (relay_send_status(r, mono_now(), false) < 0)
             log_warn("%s", stream_errstr(r->stream));
         stream_stop(r->stream, 5000);
     }
 }
 
-int relay_run(struct relay *r)
+/* What relay_run keeps from one start of replication to the next. */
+struct run {
+    double backoff;        /* s, the next pause after a failed start */
+    bool streamed;         /* a session has started */
+    bool backfilled;       /* a resumed backfill has finished */
+    bool waiting_logged;   /* the wait for another process is logged */
+    double refused_logged; /* monotonic s the plugin's refusal was last logged */
+    int exit_code;
+};
+
+/* What one step of relay_run leads to. */
+enum step { STEP_ON, STEP_AGAIN, STEP_END };
+
+/* Another process holds the slot or the backfill lock: a standby's wait,
+ * logged once. */
+static void wait_standby(struct relay *r, struct run *run, const char *why)
+{
+    if (!run->waiting_logged)
+        log_info("%s", why);
+    run->waiting_logged = true;
+    pause_serving(r, jitter(STANDBY_POLL));
+}
+
+/* A start failed retriably: pause, twice as long each time up to
+ * --reconnect-max. */
+static void back_off(struct relay *r, struct run *run, const char *why)
+{
+    log_warn("%s; retrying in about %.1f s", why, run->backoff);
+    pause_serving(r, jitter(run->backoff));
+    run->backoff = run->backoff * 2 > r->cfg->reconnect_max ? r->cfg->reconnect_max
+                                                             : run->backoff * 2;
+}
+
+/* The server refuses the output plugin. Not fatal: a reload of the
+ * server's configuration cures it, and a relayer that stays up can say why
+ * it does not stream. */
+static void wait_refused(struct relay *r, struct run *run)
+{
+    if (r->metrics)
+        metrics_set_plugin_refused(r->metrics, stream_errstr(r->stream));
+    relay_publish_gauges(r, false);
+    if (mono_now() - run->refused_logged >= REFUSED_LOG_EVERY) {
+        log_error("%s", stream_errstr(r->stream));
+        run->refused_logged = mono_now();
+    }
+    pause_serving(r, jitter(REFUSED_POLL));
+}
+
+/* The slot exists and its backfill has not finished: relay_resume_backfill,
+ * and what its answer means for the loop (an enum step). */
+static int resume_backfill(struct relay *r, struct run *run)
+{
+    int brc = relay_resume_backfill(r);
+    if (brc == BACKFILL_OK) {
+        run->backfilled = true;
+        run->waiting_logged = false;
+        run->backoff = BACKOFF_MIN;
+        return STEP_AGAIN;
+    }
+    relay_publish_gauges(r, false);
+    if (brc == BACKFILL_BUSY) {
+        wait_standby(r, run, backfill_errstr(r->backfill));
+        return STEP_AGAIN;
+    }
+    if (*r->stop)
+        return STEP_END;
+    if (brc == BACKFILL_FATAL || r->fatal) {
+        relay_set_fatal(r, "%s", backfill_errstr(r->backfill));
+        return STEP_END;
+    }
+    back_off(r, run, backfill_errstr(r->backfill));
+    return STEP_AGAIN;
+}
+
+/* Starts replication (creating the slot, and backfilling, when it must).
+ * Returns STEP_ON once it streams, else STEP_AGAIN after the wait its
+ * answer calls for, or STEP_END (fatal, or the other plugin wanted). */
+static int start_replication(struct relay *r, struct run *run, lsn_t *slot_confirmed,
+                             bool *created)
+{
+    int rc = stream_start(r->stream, tracker_confirmed(r->tracker), slot_confirmed, created);
+    backfill_unlock(r->backfill); /* held from before creating the slot */
+    if (rc == STREAM_FATAL) {
+        if (!*r->stop) /* a stop during backfill is not an error */
+            relay_set_fatal(r, "%s", stream_errstr(r->stream));
+        return STEP_END;
+    }
+    if (rc == STREAM_PLUGIN) {
+        log_info("%s: starting over with %s", stream_errstr(r->stream),
+                 stream_switch_plugin(r->stream));
+        snprintf(r->switch_plugin, sizeof r->switch_plugin, "%s",
+                 stream_switch_plugin(r->stream));
+        run->exit_code = RELAY_SWITCH_PLUGIN;
+        return STEP_END;
+    }
+    if (rc == STREAM_REFUSED) {
+        wait_refused(r, run);
+        return STEP_AGAIN;
+    }
+    if (r->metrics)
+        metrics_set_plugin_refused(r->metrics, NULL);
+    if (rc == STREAM_BACKFILL)
+        return resume_backfill(r, run);
+    if (r->cfg->backfill_pending && !*created && !run->streamed && !run->backfilled &&
+        rc == STREAM_OK)
+        log_info("slot=%s exists already: --backfill applies only when the slot is created",
+                 r->cfg->slot);
+    relay_publish_gauges(r, false);
+    if (rc == STREAM_BUSY) {
+        wait_standby(r, run, stream_errstr(r->stream));
+        return STEP_AGAIN;
+    }
+    if (rc != STREAM_OK) {
+        back_off(r, run, stream_errstr(r->stream));
+        return STEP_AGAIN;
+    }
+    return STEP_ON;
+}
+
+/* Replication runs: the trackers and the dispatch set up for a session
+ * from the slot's confirmed position. */
+static void begin_streaming(struct relay *r, struct run *run, bool created, lsn_t slot_confirmed)
 {
     const struct relay_config *cfg = r->cfg;
-    double backoff = 0.5;
-    bool streamed = false, waiting_logged = false, backfilled = false;
-    double refused_logged = -1e9;
-    int exit_code = 0;
+    if (created && r->bf_at_creation)
+        log_info("created replication slot %s with %s at " LSN_FMT " after "
+                 "backfilling the rows committed before it", cfg->slot,
+                 decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
+    else if (created)
+        log_warn("created replication slot %s with %s at " LSN_FMT "; outbox events "
+                 "committed before now are not relayed by it",
+                 cfg->slot, decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
+    tracker_reset(r->tracker, slot_confirmed);
+    if (r->stats.received_lsn < tracker_confirmed(r->tracker))
+        r->stats.received_lsn = tracker_confirmed(r->tracker);
+    r->sent_flush = 0;
+    log_info("slot=%s lsn=" LSN_FMT ": streaming %s.%s to Kafka (%s, walsender pid %d)",
+             cfg->slot, LSN_ARGS(tracker_confirmed(r->tracker)), cfg->table_schema,
+             cfg->table_name, decoder_plugin(r->decoder), stream_backend_pid(r->stream));
+    backfill_close(r->backfill); /* streaming: no lock left to wait for */
+    run->streamed = true;
+    run->waiting_logged = false;
+    run->backoff = BACKOFF_MIN;
+    stream_set_create_slot(r->stream, false);
+    r->rewind = false; /* this session starts at the confirmed position anyway */
+    dispatch_set_partitioned(r->dispatch, stream_outbox_partitioned(r->stream) &&
+                                              !decoder_names_root(r->decoder));
+}
 
+/* Connection lost: keep the producer, let in-flight deliveries finish so
+ * their positions can be confirmed after reconnecting. An enum step. */
+static int reconnect(struct relay *r, struct run *run)
+{
+    log_warn("%s; reconnecting (%zu deliveries in flight)", stream_errstr(r->stream),
+             sink_inflight(r->sink));
+    stream_close(r->stream);
+    r->stats.reconnects++;
+    if (r->metrics)
+        metrics_reconnected(r->metrics);
+    relay_publish_gauges(r, false);
+    sink_flush(r->sink, 5000);
+    if (r->fatal)
+        return STEP_END;
+    pause_serving(r, jitter(run->backoff));
+    return STEP_AGAIN;
+}
+
+/* What relay_session()'s answer rc means for the loop: an enum step. */
+static int end_session(struct relay *r, struct run *run, int rc)
+{
+    sink_set_lazy(r->sink, false);
+    if (rc == SESSION_STOP)
+        return STEP_END;
+    if (rc == SESSION_REWIND) {
+        rewind_replication(r);
+        return r->fatal ? STEP_END : STEP_AGAIN;
+    }
+    if (rc == STREAM_FATAL) {
+        if (!r->fatal)
+            relay_set_fatal(r, "%s", stream_errstr(r->stream));
+        return STEP_END;
+    }
+    return reconnect(r, run);
+}
+
+int relay_run(struct relay *r)
+{
+    struct run run = {.backoff = BACKOFF_MIN, .refused_logged = -1e9};
     srand((unsigned) time(NULL) ^ (unsigned) getpid());
     while (!*r->stop) {
         lsn_t slot_confirmed = 0;
         bool created = false;
-        int rc = stream_start(r->stream, tracker_confirmed(r->tracker), &slot_confirmed, &created);
-        backfill_unlock(r->backfill); /* held from before creating the slot */
-        if (rc == STREAM_FATAL) {
-            if (!*r->stop) /* a stop during backfill is not an error */
-                relay_set_fatal(r, "%s", stream_errstr(r->stream));
+        int step = start_replication(r, &run, &slot_confirmed, &created);
+        if (step == STEP_ON) {
+            begin_streaming(r, &run, created, slot_confirmed);
+            step = end_session(r, &run, relay_session(r));
+        }
+        if (step == STEP_END)
             break;
-        }
-        if (rc == STREAM_PLUGIN) {
-            log_info("%s: starting over with %s", stream_errstr(r->stream),
-                     stream_switch_plugin(r->stream));
-            snprintf(r->switch_plugin, sizeof r->switch_plugin, "%s",
-                     stream_switch_plugin(r->stream));
-            exit_code = RELAY_SWITCH_PLUGIN;
-            break;
-        }
-        if (rc == STREAM_REFUSED) {
-            /* Not fatal: a reload of the server's configuration cures it,
-             * and a relayer that stays up can say why it does not stream. */
-            if (r->metrics)
-                metrics_set_plugin_refused(r->metrics, stream_errstr(r->stream));
-            publish_gauges(r, false);
-            if (mono_now() - refused_logged >= REFUSED_LOG_EVERY) {
-                log_error("%s", stream_errstr(r->stream));
-                refused_logged = mono_now();
-            }
-            pause_serving(r, jitter(REFUSED_POLL));
-            continue;
-        }
-        if (r->metrics)
-            metrics_set_plugin_refused(r->metrics, NULL);
-        if (rc == STREAM_BACKFILL) {
-            int brc = relay_resume_backfill(r);
-            if (brc == BACKFILL_OK) {
-                backfilled = true;
-                waiting_logged = false;
-                backoff = 0.5;
-                continue;
-            }
-            publish_gauges(r, false);
-            if (brc == BACKFILL_BUSY) {
-                if (!waiting_logged)
-                    log_info("%s", backfill_errstr(r->backfill));
-                waiting_logged = true;
-                pause_serving(r, jitter(STANDBY_POLL));
-                continue;
-            }
-            if (*r->stop)
-                break;
-            if (brc == BACKFILL_FATAL || r->fatal) {
-                relay_set_fatal(r, "%s", backfill_errstr(r->backfill));
-                break;
-            }
-            log_warn("%s; retrying in about %.1f s", backfill_errstr(r->backfill), backoff);
-            pause_serving(r, jitter(backoff));
-            backoff = backoff * 2 > cfg->reconnect_max ? cfg->reconnect_max : backoff * 2;
-            continue;
-        }
-        if (cfg->backfill_pending && !created && !streamed && !backfilled && rc == STREAM_OK)
-            log_info("slot=%s exists already: --backfill applies only when the slot is created",
-                     cfg->slot);
-        publish_gauges(r, false);
-        if (rc == STREAM_BUSY) {
-            if (!waiting_logged)
-                log_info("%s", stream_errstr(r->stream));
-            waiting_logged = true;
-            pause_serving(r, jitter(STANDBY_POLL));
-            continue;
-        }
-        if (rc != STREAM_OK) {
-            log_warn("%s; retrying in about %.1f s", stream_errstr(r->stream), backoff);
-            pause_serving(r, jitter(backoff));
-            backoff = backoff * 2 > cfg->reconnect_max ? cfg->reconnect_max : backoff * 2;
-            continue;
-        }
-
-        if (created && r->bf_at_creation)
-            log_info("created replication slot %s with %s at " LSN_FMT " after "
-                     "backfilling the rows committed before it", cfg->slot,
-                     decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
-        else if (created)
-            log_warn("created replication slot %s with %s at " LSN_FMT "; outbox events "
-                     "committed before now are not relayed by it",
-                     cfg->slot, decoder_plugin(r->decoder), LSN_ARGS(slot_confirmed));
-        tracker_reset(r->tracker, slot_confirmed);
-        if (r->stats.received_lsn < tracker_confirmed(r->tracker))
-            r->stats.received_lsn = tracker_confirmed(r->tracker);
-        r->sent_flush = 0;
-        log_info("slot=%s lsn=" LSN_FMT ": streaming %s.%s to Kafka (%s, walsender pid %d)",
-                 cfg->slot, LSN_ARGS(tracker_confirmed(r->tracker)), cfg->table_schema,
-                 cfg->table_name, decoder_plugin(r->decoder), stream_backend_pid(r->stream));
-        backfill_close(r->backfill); /* streaming: no lock left to wait for */
-        streamed = true;
-        waiting_logged = false;
-        backoff = 0.5;
-        stream_set_create_slot(r->stream, false);
-        r->rewind = false; /* this session starts at the confirmed position anyway */
-        dispatch_set_partitioned(r->dispatch, stream_outbox_partitioned(r->stream) &&
-                                                  !decoder_names_root(r->decoder));
-
-        rc = session(r);
-        sink_set_lazy(r->sink, false);
-        if (rc == SESSION_STOP)
-            break;
-        if (rc == SESSION_REWIND) {
-            rewind_replication(r);
-            if (r->fatal)
-                break;
-            continue;
-        }
-        if (rc == STREAM_FATAL) {
-            if (!r->fatal)
-                relay_set_fatal(r, "%s", stream_errstr(r->stream));
-            break;
-        }
-        /* Connection lost: keep the producer, let in-flight deliveries
-         * finish so their positions can be confirmed after reconnecting. */
-        log_warn("%s; reconnecting (%zu deliveries in flight)", stream_errstr(r->stream),
-                 sink_inflight(r->sink));
-        stream_close(r->stream);
-        r->stats.reconnects++;
-        if (r->metrics)
-            metrics_reconnected(r->metrics);
-        publish_gauges(r, false);
-        sink_flush(r->sink, 5000);
-        if (r->fatal)
-            break;
-        pause_serving(r, jitter(backoff));
     }
 
     if (r->fatal) {
         log_error("%s", r->errstr);
-        exit_code = 1;
+        run.exit_code = 1;
     }
     finish(r);
-    if (exit_code == RELAY_SWITCH_PLUGIN)
-        return exit_code;
-    log_info("slot=%s lsn=" LSN_FMT ": stopped (%llu events delivered)", cfg->slot,
+    if (run.exit_code == RELAY_SWITCH_PLUGIN)
+        return run.exit_code;
+    log_info("slot=%s lsn=" LSN_FMT ": stopped (%llu events delivered)", r->cfg->slot,
              LSN_ARGS(tracker_confirmed(r->tracker)),
              (unsigned long long) r->stats.events_delivered);
-    return exit_code;
+    return run.exit_code;
 }

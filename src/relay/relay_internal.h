@@ -1,13 +1,21 @@
 /*
- * relay_internal.h — the relay's state, shared by its three files only
- * (not a public header):
- *   relay.c           the loop: sessions, reconnects, rewinds, backpressure,
- *                     status updates, the clean stop
+ * relay_internal.h — the relay's state, shared by its four files only
+ * (not a public header). They call one way, each only the files below it:
+ *   relay.c           the lifecycle and the outer loop: starts, reconnects,
+ *                     rewinds, the clean stop; it fills dispatch's ops and
+ *                     the sink's and the slot's callbacks with the
+ *                     functions of the files below
+ *   relay_session.c   one streaming session: reading within the window,
+ *                     liveness, status updates, the waits
+ *   relay_backfill.c  the slot-creation hooks and backfill runs
  *   relay_sink.c      the relay's side of the sink: producing with a full
  *                     queue waited out, delivery reports (acks, rewinds,
- *                     poison), dead letters (deadletter.h)
- *   relay_backfill.c  the slot-creation hooks and backfill runs
- * Decisions about frames live in dispatch.c, not here.
+ *                     poison, as report_judge.h decides), dead letters
+ *                     (deadletter.h)
+ *   relay_state.c     the bottom: the first fatal error, the in-flight
+ *                     window, status updates and their timing, gauges
+ * Decisions about frames live in dispatch.c, about delivery reports in
+ * report_judge.c, not here.
  */
 #ifndef OUTBOX_RELAY_RELAY_INTERNAL_H
 #define OUTBOX_RELAY_RELAY_INTERNAL_H
@@ -78,26 +86,42 @@ struct relay {
     char errstr[RELAY_ERRLEN];
 };
 
-/* relay.c */
+/* relay_state.c */
 void relay_set_fatal(struct relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether to read more WAL (dispatch_window_open over the sink's counts). */
 bool relay_window_open(const struct relay *r);
+/* Sends a status update now (write and flush from the trackers) and
+ * notes when; 0, or a negative enum stream_rc (stream_errstr says why). */
+int relay_send_status(struct relay *r, double now, bool reply_requested);
+/* Seconds until the next status update is due (0 = now); blocked: the
+ * window is full, so updates go at least every second. */
+double relay_status_due_in(const struct relay *r, double now, bool blocked);
 /* Sends a status update when one is due, during waits inside one step. */
 void relay_keep_status(struct relay *r);
+/* Refreshes the gauges the metrics endpoint shows (none without metrics). */
+void relay_publish_gauges(struct relay *r, bool streaming);
 
 /* relay_sink.c */
 /* Serves delivery reports for at most timeout_ms, then the dead letters
  * they left. Every wait of the relay goes through here. */
 int relay_serve(struct relay *r, int timeout_ms);
 void relay_serve_dead_letters(struct relay *r);
+/* The sink's report callback (sink_new); ctx is the relay. */
 void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep);
-/* Produces one event; 0 when the sink took it (see the definition). */
-int relay_produce(struct relay *r, const struct outbox_event *ev, uint64_t token);
-int relay_dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const char *event_id,
-                      const char *type, const char *topic, const char *key, size_t key_len,
-                      const char *value, size_t value_len, const char *error);
-void relay_request_rewind(struct relay *r, enum kafka_err_class cls, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* dispatch_ops.produce, and the backfill's: produces one event; 0 when the
+ * sink took it (see the definition). ctx is the relay. */
+int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token);
+/* dispatch_ops.dead_letter: an undecodable change to the dead-letter
+ * topic. ctx is the relay. */
+int relay_dead_letter_change(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
+                             const char *value, size_t value_len, const char *why);
+
+/* relay_session.c */
+enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2 };
+/* Streams until stop, a fatal error, a rewind or a lost connection: an
+ * enum session_rc, or a negative enum stream_rc (STREAM_FATAL with the
+ * relay's error set, or a lost connection: stream_errstr says why). */
+int relay_session(struct relay *r);
 
 /* relay_backfill.c */
 int relay_on_slot_creating(void *ctx, bool *export_snapshot, char *err, size_t errlen);

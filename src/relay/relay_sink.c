@@ -1,8 +1,10 @@
 /*
  * relay_sink.c — the relay's side of the Kafka sink (see relay_internal.h):
- * producing with a full librdkafka queue waited out, what each delivery
- * report means (an ack, a rewind, a poison event), and sending dead letters
- * (deadletter.h) from the loop.
+ * producing with a full librdkafka queue waited out, doing what
+ * report_judge (report_judge.h) makes of each delivery report and of each
+ * refused produce (an ack, a rewind, a backfill retry, a dead letter, a
+ * halt), and sending dead letters (deadletter.h) from the loop. Calls down
+ * to relay_state.c only.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,72 +22,9 @@
 #include "outbox_relay/pg/stream.h"
 #include "outbox_relay/core/tracker.h"
 
-/* Sends a poison event to the dead-letter topic under the same token, so
- * that its delivery report acks the original event. Returns 0, 1 when it
- * cannot be produced now but later can (a rewind was asked for), or -1. */
-int relay_dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const char *event_id,
-                      const char *type, const char *topic, const char *key, size_t key_len,
-                      const char *value, size_t value_len, const char *error)
-{
-    struct deadletter_msg m;
-    deadletter_build(&m, event_lsn, event_id, type, topic, key, key_len, value, value_len, error,
-                     sink_max_message_bytes(r->sink));
-    int rc = SINK_FULL;
-    while (rc == SINK_FULL && !*r->stop) {
-        rc = deadletter_produce(r->sink, r->cfg->dead_letter_topic, &m, token);
-        if (rc == SINK_FULL) {
-            sink_poll(r->sink, 100);
-            relay_keep_status(r);
-        }
-    }
-    if (rc == SINK_RETRY && !is_backfill(token)) {
-        relay_request_rewind(r, sink_err_class(r->sink),
-                             "event_id=%s type=%s lsn=%s: cannot produce its dead letter to %s "
-                             "now: %s", event_id, type, m.lsn, r->cfg->dead_letter_topic,
-                             sink_errstr(r->sink));
-        return 1;
-    }
-    if (rc != SINK_OK)
-        return -1;
-    r->stats.dead_lettered++;
-    if (r->metrics)
-        metrics_dead_lettered(r->metrics);
-    log_warn("event_id=%s type=%s lsn=%s: poison event; producing it to dead-letter topic %s: %s",
-             event_id, type, m.lsn, r->cfg->dead_letter_topic, error);
-    return 0;
-}
-
-/* Sends the queued dead letters. A job whose token is no longer live (a
- * rewind or reconnect since: the event comes again from the server) or
- * that arrives while a rewind is pending is dropped, not sent: the event is
- * produced again anyway. Backfill's jobs (is_backfill) always go out. */
-void relay_serve_dead_letters(struct relay *r)
-{
-    struct deadletter_job *j;
-    while (!r->fatal && (j = deadletter_queue_pop(&r->dlq)) != NULL) {
-        bool live = is_backfill(j->token) || (tracker_token_live(r->tracker, j->token) && !r->rewind);
-        if (live && relay_dead_letter(r, j->token, j->lsn, j->event_id, j->type, j->topic, j->key,
-                                      j->key_len, j->value, j->value_len, j->error) < 0)
-            relay_set_fatal(r,
-                            "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
-                            ": %s; its dead letter cannot be produced to %s either: %s; the "
-                            "slot stays at " LSN_FMT " and nothing after this event is "
-                            "confirmed. Fix the cause and restart", j->event_id, j->type,
-                            j->topic, LSN_ARGS(j->lsn), j->error, r->cfg->dead_letter_topic,
-                            sink_errstr(r->sink), LSN_ARGS(tracker_confirmed(r->tracker)));
-        deadletter_job_free(j);
-    }
-}
-
-int relay_serve(struct relay *r, int timeout_ms)
-{
-    int n = sink_poll(r->sink, timeout_ms);
-    relay_serve_dead_letters(r);
-    return n;
-}
-
 /* Asks for a rewind (see relay.c); the first cause is kept. */
-void relay_request_rewind(struct relay *r, enum kafka_err_class cls, const char *fmt, ...)
+__attribute__((format(printf, 3, 4)))
+static void request_rewind(struct relay *r, enum kafka_err_class cls, const char *fmt, ...)
 {
     if (r->rewind)
         return;
@@ -110,6 +49,89 @@ void relay_request_rewind(struct relay *r, enum kafka_err_class cls, const char 
                                      : "a retriable broker error");
 }
 
+/* Sends a poison event to the dead-letter topic under the same token, so
+ * that its delivery report acks the original event. Returns 0, 1 when it
+ * cannot be produced now but later can (a rewind was asked for), or -1. */
+static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const char *event_id,
+                       const char *type, const char *topic, const char *key, size_t key_len,
+                       const char *value, size_t value_len, const char *error)
+{
+    struct deadletter_msg m;
+    deadletter_build(&m, event_lsn, event_id, type, topic, key, key_len, value, value_len, error,
+                     sink_max_message_bytes(r->sink));
+    int rc = SINK_FULL;
+    while (rc == SINK_FULL && !*r->stop) {
+        rc = deadletter_produce(r->sink, r->cfg->dead_letter_topic, &m, token);
+        if (rc == SINK_FULL) {
+            sink_poll(r->sink, 100);
+            relay_keep_status(r);
+        }
+    }
+    if (rc == SINK_RETRY && !is_backfill(token)) {
+        request_rewind(r, sink_err_class(r->sink),
+                       "event_id=%s type=%s lsn=%s: cannot produce its dead letter to %s now: %s",
+                       event_id, type, m.lsn, r->cfg->dead_letter_topic, sink_errstr(r->sink));
+        return 1;
+    }
+    if (rc != SINK_OK)
+        return -1;
+    r->stats.dead_lettered++;
+    if (r->metrics)
+        metrics_dead_lettered(r->metrics);
+    log_warn("event_id=%s type=%s lsn=%s: poison event; producing it to dead-letter topic %s: %s",
+             event_id, type, m.lsn, r->cfg->dead_letter_topic, error);
+    return 0;
+}
+
+/* ev's dead letter (dead_letter), topic the one it was meant for. */
+static int dead_letter_event(struct relay *r, uint64_t token, lsn_t lsn,
+                             const struct outbox_event *ev, const char *topic, const char *value,
+                             size_t value_len, const char *why)
+{
+    char *type = strndup(ev->type != NULL ? ev->type : "", ev->type_len);
+    int rc = type != NULL ? dead_letter(r, token, lsn, ev->event_id, type, topic, ev->aggregate_id,
+                                        ev->aggregate_id_len, value, value_len, why)
+                          : -1;
+    free(type);
+    return rc;
+}
+
+/* No topic: the change never got as far as one. */
+int relay_dead_letter_change(void *ctx, uint64_t token, lsn_t lsn, const struct outbox_event *ev,
+                             const char *value, size_t value_len, const char *why)
+{
+    return dead_letter_event(ctx, token, lsn, ev, "", value, value_len, why);
+}
+
+/* Sends the queued dead letters. A job whose token is no longer live (a
+ * rewind or reconnect since: the event comes again from the server) or
+ * that arrives while a rewind is pending is dropped, not sent: the event is
+ * produced again anyway. Backfill's jobs (is_backfill) always go out. */
+void relay_serve_dead_letters(struct relay *r)
+{
+    struct deadletter_job *j;
+    while (!r->fatal && (j = deadletter_queue_pop(&r->dlq)) != NULL) {
+        bool live = is_backfill(j->token) || (tracker_token_live(r->tracker, j->token) && !r->rewind);
+        if (live && dead_letter(r, j->token, j->lsn, j->event_id, j->type, j->topic, j->key,
+                                j->key_len, j->value, j->value_len, j->error) < 0)
+            relay_set_fatal(r,
+                            "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
+                            ": %s; its dead letter cannot be produced to %s either: %s; the "
+                            "slot stays at " LSN_FMT " and nothing after this event is "
+                            "confirmed. Fix the cause and restart", j->event_id, j->type,
+                            j->topic, LSN_ARGS(j->lsn), j->error, r->cfg->dead_letter_topic,
+                            sink_errstr(r->sink), LSN_ARGS(tracker_confirmed(r->tracker)));
+        deadletter_job_free(j);
+    }
+}
+
+int relay_serve(struct relay *r, int timeout_ms)
+{
+    int n = sink_poll(r->sink, timeout_ms);
+    relay_serve_dead_letters(r);
+    return n;
+}
+
 /* The position to name for a reported event: its transaction's commit
  * end once that is known, else (the transaction is still being read) the
  * position reached inside it. */
@@ -119,6 +141,22 @@ static lsn_t report_lsn(const struct relay *r, uint64_t token)
     return lsn ? lsn : r->stats.received_lsn;
 }
 
+/* Counts a delivery: when the broker's answer came in, not when the report
+ * is served (served lazily, that can be later). */
+static void count_delivered(struct relay *r, uint64_t token, const struct sink_report *rep)
+{
+    r->stats.events_delivered++;
+    if (r->metrics == NULL)
+        return;
+    int64_t stamp = tracker_token_stamp(r->tracker, token);
+    int64_t acked = rep->acked_unix_us ? rep->acked_unix_us : wall_now_us();
+    metrics_event_delivered(r->metrics, rep->topic, stamp ? (double) (acked - stamp) / 1e6 : -1,
+                            rep->ack_latency_us >= 0 ? (double) rep->ack_latency_us / 1e6 : -1);
+}
+
+/* Gathers the facts of one report, asks report_judge, and does what the
+ * verdict says; nothing here decides. A backfilled row's token is split
+ * off first: it is tracked, without its bit, by the backfill's tracker. */
 void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
 {
     struct relay *r = ctx;
@@ -138,17 +176,7 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     };
     enum report_verdict v = report_judge(&f);
     if (v == REPORT_ACK) {
-        r->stats.events_delivered++;
-        if (r->metrics) {
-            /* Delivered when the broker's answer came in, not when the
-             * report is served: served lazily, that can be later. */
-            int64_t stamp = tracker_token_stamp(r->tracker, token);
-            int64_t acked = rep->acked_unix_us ? rep->acked_unix_us : wall_now_us();
-            metrics_event_delivered(r->metrics, rep->topic,
-                                    stamp ? (double) (acked - stamp) / 1e6 : -1,
-                                    rep->ack_latency_us >= 0 ? (double) rep->ack_latency_us / 1e6
-                                                             : -1);
-        }
+        count_delivered(r, token, rep);
         tracker_ack(t, tt);
         return;
     }
@@ -175,10 +203,10 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
         r->bf_retry = true;
         return;
     case REPORT_REWIND:
-        relay_request_rewind(r, rep->cls,
-                             "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
-                             ": %s (%s)", rep->event_id, rep->event_type, rep->topic,
-                             LSN_ARGS(lsn), rep->errstr, kafka_err_class_name(rep->cls));
+        request_rewind(r, rep->cls,
+                       "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
+                       ": %s (%s)", rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn),
+                       rep->errstr, kafka_err_class_name(rep->cls));
         return;
     case REPORT_DEAD_LETTER:
         if (deadletter_queue_push(&r->dlq, token, lsn, rep) == 0)
@@ -191,23 +219,9 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
                     "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT ": %s; the "
                     "slot stays at " LSN_FMT " and nothing after this event is confirmed. %s",
                     rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn), rep->errstr,
-                    LSN_ARGS(tracker_confirmed(r->tracker)),
-                    backfill ? "It was a backfill delivery: the backfill stays "
-                               "unfinished and the next start redoes or resumes it"
-                    : rep->poison && r->cfg->on_poison == POISON_HALT
-                        ? "Fix the cause and restart, or run with --on-poison dead-letter"
-                    : rep->poison ? "The dead-letter topic refused it too: fix the cause and "
-                                    "restart"
-                                  : "The producer, not the event, failed: restart to send it "
-                                    "again");
+                    LSN_ARGS(tracker_confirmed(r->tracker)), report_halt_advice(&f));
 }
 
-/* Produces one event, waiting out a full librdkafka queue (serving reports
- * and sending status updates meanwhile). Poison events are dead-lettered or
- * halt the relay, by policy; events that cannot be produced now (topic
- * unknown or unauthorized as far as the metadata says) start a rewind.
- * Returns 0 when the sink took the event, 1 when it did not (dealt with
- * here: stopping, a rewind, a dead letter, a fatal error). */
 /* The default ce_source names the database the stream is connected to:
  * known once it is, before any event (backfilled ones included). */
 static void set_ce_source(struct relay *r)
@@ -219,8 +233,17 @@ static void set_ce_source(struct relay *r)
         sink_set_ce_source(r->sink, src);
 }
 
-int relay_produce(struct relay *r, const struct outbox_event *ev, uint64_t token)
+/* Produces one event, waiting out a full librdkafka queue (serving reports
+ * and sending status updates meanwhile). A refusal is judged as its failed
+ * delivery report would be (report_judge): poison events are dead-lettered
+ * or halt the relay, by policy; events that cannot be produced now (topic
+ * unknown or unauthorized as far as the metadata says) start a rewind, or
+ * stop a backfill run to be resumed. Returns 0 when the sink took the
+ * event, 1 when it did not (dealt with here: stopping, a rewind, a
+ * backfill retry, a dead letter, a fatal error). */
+int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
 {
+    struct relay *r = ctx;
     int rc = SINK_FULL;
     if (sink_needs_ce_source(r->sink))
         set_ce_source(r);
@@ -239,34 +262,34 @@ int relay_produce(struct relay *r, const struct outbox_event *ev, uint64_t token
     }
     if (rc == SINK_FULL)
         return 1; /* stopping; unconfirmed, so it is sent again next run */
-    if (rc == SINK_RETRY && is_backfill(token)) {
+    struct report_facts f = {.backfill = is_backfill(token), .live = true,
+                             .waits = rc == SINK_RETRY, .poison = rc == SINK_POISON,
+                             .dead_letter_policy = r->cfg->on_poison == POISON_DEAD_LETTER,
+                             .rewinding = r->rewind};
+    switch (report_judge(&f)) {
+    case REPORT_BACKFILL_RETRY:
         if (!r->bf_retry)
             log_warn("slot=%s: backfill: cannot produce row id=%s now: %s (%s); the backfill "
                      "is resumed from its last acknowledged rows", r->cfg->slot, ev->event_id,
                      sink_errstr(r->sink), kafka_err_class_name(sink_err_class(r->sink)));
         r->bf_retry = true;
         return 1;
-    }
-    if (rc == SINK_RETRY) {
-        relay_request_rewind(r, sink_err_class(r->sink), "slot=%s lsn=" LSN_FMT ": cannot "
-                             "produce now: %s (%s)", r->cfg->slot, LSN_ARGS(ev->lsn),
-                             sink_errstr(r->sink), kafka_err_class_name(sink_err_class(r->sink)));
+    case REPORT_REWIND:
+        request_rewind(r, sink_err_class(r->sink), "slot=%s lsn=" LSN_FMT ": cannot produce "
+                       "now: %s (%s)", r->cfg->slot, LSN_ARGS(ev->lsn), sink_errstr(r->sink),
+                       kafka_err_class_name(sink_err_class(r->sink)));
         return 1; /* its group waits for an ack that never comes: not confirmed */
-    }
-    enum deadletter_verdict v = deadletter_judge(r->cfg->on_poison == POISON_DEAD_LETTER,
-                                                 rc == SINK_POISON, r->rewind, false);
-    if (v == DEADLETTER_SKIP)
+    case REPORT_SKIP:
         return 1; /* produced again after the rewind, and judged then */
-    if (v == DEADLETTER_SEND) {
-        char *type = strndup(ev->type ? ev->type : "", ev->type_len);
-        int dl = type ? relay_dead_letter(r, token, ev->lsn, ev->event_id, type,
-                                          sink_last_topic(r->sink), ev->aggregate_id,
-                                          ev->aggregate_id_len, ev->payload, ev->payload_len,
-                                          sink_errstr(r->sink))
-                      : -1;
-        free(type);
-        if (dl >= 0)
+    case REPORT_DEAD_LETTER:
+        if (dead_letter_event(r, token, ev->lsn, ev, sink_last_topic(r->sink), ev->payload,
+                              ev->payload_len, sink_errstr(r->sink)) >= 0)
             return 1;
+        break;
+    case REPORT_ACK:
+    case REPORT_STALE: /* neither comes of a refusal */
+    case REPORT_HALT:
+        break;
     }
     relay_set_fatal(r, "slot=%s lsn=" LSN_FMT ": cannot produce: %s; nothing from here on is "
                     "confirmed", r->cfg->slot, LSN_ARGS(ev->lsn), sink_errstr(r->sink));

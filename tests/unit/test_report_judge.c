@@ -57,13 +57,19 @@ static void test_each_verdict(void)
     CHECK(strcmp(report_verdict_name(REPORT_HALT), "halt") == 0);
 }
 
+/* The facts of combination `bits` (one bit per field). */
+static struct report_facts facts_of(unsigned bits)
+{
+    return (struct report_facts){
+        .delivered = bits & 1, .backfill = bits & 2, .live = bits & 4, .waits = bits & 8,
+        .poison = bits & 16, .dead_letter_policy = bits & 32, .rewinding = bits & 64,
+        .to_dead_letter_topic = bits & 128};
+}
+
 static void test_rules_over_every_combination(void)
 {
     for (unsigned bits = 0; bits < 256; bits++) {
-        struct report_facts f = {
-            .delivered = bits & 1, .backfill = bits & 2, .live = bits & 4, .waits = bits & 8,
-            .poison = bits & 16, .dead_letter_policy = bits & 32, .rewinding = bits & 64,
-            .to_dead_letter_topic = bits & 128};
+        struct report_facts f = facts_of(bits);
         enum report_verdict v = report_judge(&f);
         CHECK((v == REPORT_ACK) == f.delivered);
         if (f.delivered)
@@ -84,9 +90,33 @@ static void test_rules_over_every_combination(void)
     }
 }
 
+/* Every halt names what the operator can do, and the advice fits the case:
+ * a backfill row is resumed, poison without the policy points at it, poison
+ * with it means the dead-letter topic refused too, anything else is the
+ * producer's failure. */
+static void test_halt_advice(void)
+{
+    for (unsigned bits = 0; bits < 256; bits++) {
+        struct report_facts f = facts_of(bits);
+        if (report_judge(&f) != REPORT_HALT)
+            continue;
+        const char *a = report_halt_advice(&f);
+        CHECK(a != NULL && *a != '\0');
+        if (f.backfill)
+            CHECK(strstr(a, "backfill stays unfinished") != NULL);
+        else if (f.poison && !f.dead_letter_policy)
+            CHECK(strstr(a, "--on-poison dead-letter") != NULL);
+        else if (f.poison)
+            CHECK(strstr(a, "dead-letter topic refused it too") != NULL);
+        else
+            CHECK(strstr(a, "producer, not the event, failed") != NULL);
+    }
+}
+
 int main(void)
 {
     test_each_verdict();
     test_rules_over_every_combination();
+    test_halt_advice();
     CHECK_DONE();
 }

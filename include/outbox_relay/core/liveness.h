@@ -31,7 +31,7 @@ enum liveness_verdict { LIVENESS_OK, LIVENESS_PING, LIVENESS_DEAD };
 /* Starts counting at now (a connection that just started streaming). */
 void liveness_init(struct liveness *l, double timeout, double now);
 
-/* Something arrived at now (or the caller chose not to read, see relay.c). */
+/* Something arrived at now (or the caller chose not to read, see relay_session.c). */
 void liveness_heard(struct liveness *l, double now);
 
 /* What is due at now: LIVENESS_PING at most once per silence (the caller

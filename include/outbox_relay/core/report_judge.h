@@ -46,6 +46,10 @@ enum report_verdict {
 /* The verdict for f (pure; f must not be NULL). */
 enum report_verdict report_judge(const struct report_facts *f);
 
+/* For REPORT_HALT: the last sentence of the halt's error, what the
+ * operator can do (pure; static storage). */
+const char *report_halt_advice(const struct report_facts *f);
+
 /* The verdict's name, for logs and tests ("ack", "stale", …). */
 const char *report_verdict_name(enum report_verdict v);
 
