@@ -16,6 +16,11 @@ enum report_verdict report_judge(const struct report_facts *f)
         return REPORT_STALE;
     if (f->waits)
         return f->backfill ? REPORT_BACKFILL_RETRY : REPORT_REWIND;
+    /* A broker refuses a whole batch for one record's size: before any
+     * event of it is judged poison, each is produced alone. (A backfill
+     * row keeps today's verdicts: its run would batch it again.) */
+    if (f->poison && f->shared && !f->backfill && !f->to_dead_letter_topic)
+        return f->rewinding ? REPORT_SKIP : REPORT_ISOLATE;
     switch (deadletter_judge(f->dead_letter_policy, f->poison, f->rewinding,
                              f->to_dead_letter_topic)) {
     case DEADLETTER_SKIP:
@@ -45,6 +50,8 @@ const char *report_verdict_name(enum report_verdict v)
         return "dead-letter";
     case REPORT_HALT:
         return "halt";
+    case REPORT_ISOLATE:
+        return "isolate";
     }
     return "?";
 }

@@ -111,3 +111,9 @@ const char *kafka_err_class_name(enum kafka_err_class c)
     }
     return "fatal";
 }
+
+bool kafka_err_batch_refusal(int err)
+{
+    return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+           err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
+}

@@ -82,6 +82,16 @@ struct relay {
     lsn_t rewind_progress;  /* confirmed position at the previous rewind */
     double auth_since;      /* monotonic s of the first authorization rewind
                                without progress since; 0 = none */
+    /* A batch refused for one record (kafka_err_batch_refusal): events are
+     * produced one at a time until the confirmed position passes
+     * isolate_until (0: not isolating). An event is alone when it was
+     * produced with nothing else in flight and nothing was produced after
+     * it (tokens are per transaction, so the event id tells). */
+    lsn_t isolate_until;
+    char alone_id[OUTBOX_EVENT_ID_MAX];
+    lsn_t alone_lsn; /* its own position, for messages: its transaction may
+                        still be open when it is judged */
+    bool alone_valid;
     bool fatal;
     char errstr[RELAY_ERRLEN];
 };

@@ -35,9 +35,11 @@ static void request_rewind(struct relay *r, enum kafka_err_class cls, const char
     r->rewind = true;
     r->rewind_class = cls;
     r->stats.rewinds++;
+    /* A batch refused for one record rewinds too (REPORT_ISOLATE). */
+    const char *reason = cls == KAFKA_ERR_POISON ? "batch_refused" : kafka_err_class_name(cls);
     if (r->metrics) {
-        metrics_delivery_retried(r->metrics, kafka_err_class_name(cls));
-        metrics_set_delivery_waiting(r->metrics, kafka_err_class_name(cls));
+        metrics_delivery_retried(r->metrics, reason);
+        metrics_set_delivery_waiting(r->metrics, reason);
     }
     log_warn("%s; nothing past it is confirmed: once the %zu deliveries in flight have "
              "reported, everything after slot position " LSN_FMT " is produced again, in "
@@ -46,7 +48,10 @@ static void request_rewind(struct relay *r, enum kafka_err_class cls, const char
              cls == KAFKA_ERR_TOPIC_WAIT ? "waiting for the topic to exist; create it or "
                                            "enable auto-creation"
              : cls == KAFKA_ERR_AUTH ? "waiting for the authorization; grant the ACL"
-                                     : "a retriable broker error");
+             : cls == KAFKA_ERR_POISON
+                 ? "one at a time up to this event, so that only an event the broker refuses "
+                   "by itself is taken for poison"
+                 : "a retriable broker error");
 }
 
 /* Sends a poison event to the dead-letter topic under the same token, so
@@ -163,6 +168,7 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     bool backfill = is_backfill(token);
     struct tracker *t = backfill ? r->bf_tracker : r->tracker;
     uint64_t tt = backfill ? token & ~BACKFILL_TOKEN : token;
+    bool alone = rep->err != 0 && r->alone_valid && strcmp(rep->event_id, r->alone_id) == 0;
     struct report_facts f = {
         .delivered = rep->err == 0,
         .backfill = backfill,
@@ -173,6 +179,7 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
         .rewinding = r->rewind,
         .to_dead_letter_topic = r->cfg->dead_letter_topic != NULL &&
                                 strcmp(rep->topic, r->cfg->dead_letter_topic) == 0,
+        .shared = kafka_err_batch_refusal(rep->err) && !alone,
     };
     enum report_verdict v = report_judge(&f);
     if (v == REPORT_ACK) {
@@ -183,7 +190,7 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     r->stats.delivery_errors++;
     if (r->metrics)
         metrics_delivery_error(r->metrics);
-    lsn_t lsn = v == REPORT_STALE ? 0 : report_lsn(r, token);
+    lsn_t lsn = v == REPORT_STALE ? 0 : alone && !backfill ? r->alone_lsn : report_lsn(r, token);
     switch (v) {
     case REPORT_ACK:
     case REPORT_SKIP: /* produced again after the rewind, and judged then */
@@ -207,6 +214,15 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
                        "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
                        ": %s (%s)", rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn),
                        rep->errstr, kafka_err_class_name(rep->cls));
+        return;
+    case REPORT_ISOLATE:
+        if (lsn > r->isolate_until)
+            r->isolate_until = lsn;
+        request_rewind(r, KAFKA_ERR_POISON,
+                       "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
+                       ": %s, with other events in the same request: a broker refuses the "
+                       "whole batch for one record's size, so this event may be innocent",
+                       rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn), rep->errstr);
         return;
     case REPORT_DEAD_LETTER:
         if (deadletter_queue_push(&r->dlq, token, lsn, rep) == 0)
@@ -255,6 +271,12 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
         }
     }
     if (rc == SINK_OK) {
+        /* Alone: nothing else in flight with it, until the next produce. */
+        r->alone_valid = sink_inflight(r->sink) == 1;
+        if (r->alone_valid) {
+            snprintf(r->alone_id, sizeof r->alone_id, "%s", ev->event_id);
+            r->alone_lsn = ev->lsn;
+        }
         r->stats.events_produced++;
         if (r->metrics)
             metrics_event_produced(r->metrics, sink_last_topic(r->sink));
@@ -287,7 +309,8 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
             return 1;
         break;
     case REPORT_ACK:
-    case REPORT_STALE: /* neither comes of a refusal */
+    case REPORT_STALE:   /* neither comes of a refusal */
+    case REPORT_ISOLATE: /* a refused produce is this message's own (not shared) */
     case REPORT_HALT:
         break;
     }

@@ -35,9 +35,10 @@ void relay_set_fatal(struct relay *r, const char *fmt, ...)
 
 bool relay_window_open(const struct relay *r)
 {
+    bool isolating = r->isolate_until != 0 && tracker_confirmed(r->tracker) <= r->isolate_until;
     struct dispatch_window w = {.inflight = sink_inflight(r->sink),
                                 .inflight_bytes = sink_inflight_bytes(r->sink),
-                                .max_inflight = r->cfg->max_inflight,
+                                .max_inflight = isolating ? 1 : r->cfg->max_inflight,
                                 .max_inflight_bytes = r->cfg->max_inflight_bytes,
                                 .rewinding = r->rewind};
     return dispatch_window_open(&w);

@@ -223,15 +223,6 @@ def test_record_over_the_topics_limit_dead_lettered(kafka_cluster, pg, relayer, 
           % (b.id, len(after), time.monotonic() - t0))
 
 
-SHARED_BATCH = (
-    "relayer bug (kafka_errors.c classifies MSG_SIZE_TOO_LARGE per event): a real broker "
-    "checks max.message.bytes against the whole record batch and refuses the batch, so every "
-    "event produced in one request with the oversized one gets MSG_SIZE_TOO_LARGE in its "
-    "delivery report and is dead-lettered as poison (with halt, the relayer names the first "
-    "of them, which may be an innocent event). Those events never reach their topic.")
-
-
-@pytest.mark.xfail(reason=SHARED_BATCH, strict=True)  # a fix shows as XPASS
 def test_dead_letter_takes_only_the_oversized_event_of_a_batch(kafka_cluster, pg, relayer,
                                                                unique_topic):
     """One transaction: 20 small events, the oversized one, 20 small ones,

@@ -71,5 +71,12 @@ int main(void)
     CHECK(strcmp(kafka_err_class_name(KAFKA_ERR_AUTH), "authorization") == 0);
     CHECK(strcmp(kafka_err_class_name(KAFKA_ERR_RETRIABLE), "retriable") == 0);
 
+    /* Refusals a broker gives a whole batch for one record's sake. */
+    CHECK(kafka_err_batch_refusal(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+    CHECK(kafka_err_batch_refusal(RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE));
+    CHECK(!kafka_err_batch_refusal(RD_KAFKA_RESP_ERR_POLICY_VIOLATION));
+    CHECK(!kafka_err_batch_refusal(RD_KAFKA_RESP_ERR_INVALID_RECORD));
+    CHECK(!kafka_err_batch_refusal(RD_KAFKA_RESP_ERR_NO_ERROR));
+
     CHECK_DONE();
 }

@@ -1,11 +1,13 @@
 /*
  * test_report_judge.c — every verdict of report_judge (report_judge.h),
- * then its rules checked over all 256 combinations of the facts: a
+ * then its rules checked over all 512 combinations of the facts: a
  * delivered report is always acked; a failure of a token no longer tracked
  * is stale; a retriable failure rewinds a streamed event and retries a
  * backfill run, never the other way round; a dead letter only for a poison
  * event under the dead-letter policy, no rewind pending, and not a dead
- * letter itself; a poison event while rewinding is skipped.
+ * letter itself; a poison event while rewinding is skipped; a streamed
+ * event refused with its batch (shared) is isolated, never dead-lettered
+ * or halted on, until it is refused alone.
  */
 #include <string.h>
 
@@ -53,6 +55,30 @@ static void test_each_verdict(void)
     f.dead_letter_policy = true;
     CHECK_EQ_INT(report_judge(&f), REPORT_HALT);
 
+    /* A refusal its batch shared: the event is produced again alone before
+     * it is judged, under either policy; not while a rewind is pending
+     * (that rewind produces it again), not a backfill row, not a dead
+     * letter. */
+    f = failed();
+    f.poison = true;
+    f.shared = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_ISOLATE);
+    f.dead_letter_policy = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_ISOLATE);
+    f.rewinding = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_SKIP);
+    f.rewinding = false;
+    f.backfill = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_DEAD_LETTER);
+    f.backfill = false;
+    f.to_dead_letter_topic = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_HALT);
+    f = failed(); /* shared but not poison (a retriable batch error): no isolation */
+    f.shared = true;
+    f.waits = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_REWIND);
+
+    CHECK(strcmp(report_verdict_name(REPORT_ISOLATE), "isolate") == 0);
     CHECK(strcmp(report_verdict_name(REPORT_BACKFILL_RETRY), "backfill-retry") == 0);
     CHECK(strcmp(report_verdict_name(REPORT_HALT), "halt") == 0);
 }
@@ -63,12 +89,12 @@ static struct report_facts facts_of(unsigned bits)
     return (struct report_facts){
         .delivered = bits & 1, .backfill = bits & 2, .live = bits & 4, .waits = bits & 8,
         .poison = bits & 16, .dead_letter_policy = bits & 32, .rewinding = bits & 64,
-        .to_dead_letter_topic = bits & 128};
+        .to_dead_letter_topic = bits & 128, .shared = bits & 256};
 }
 
 static void test_rules_over_every_combination(void)
 {
-    for (unsigned bits = 0; bits < 256; bits++) {
+    for (unsigned bits = 0; bits < 512; bits++) {
         struct report_facts f = facts_of(bits);
         enum report_verdict v = report_judge(&f);
         CHECK((v == REPORT_ACK) == f.delivered);
@@ -82,7 +108,9 @@ static void test_rules_over_every_combination(void)
         if (f.waits)
             CHECK(v == (f.backfill ? REPORT_BACKFILL_RETRY : REPORT_REWIND));
         CHECK(v != REPORT_DEAD_LETTER || (f.poison && f.dead_letter_policy && !f.rewinding &&
-                                          !f.to_dead_letter_topic));
+                                          !f.to_dead_letter_topic && (!f.shared || f.backfill)));
+        CHECK((v == REPORT_ISOLATE) == (!f.waits && f.poison && f.shared && !f.backfill &&
+                                        !f.to_dead_letter_topic && !f.rewinding));
         CHECK(v != REPORT_SKIP || (f.poison && f.rewinding));
         if (!f.waits && !f.poison)
             CHECK(v == REPORT_HALT);
@@ -96,7 +124,7 @@ static void test_rules_over_every_combination(void)
  * producer's failure. */
 static void test_halt_advice(void)
 {
-    for (unsigned bits = 0; bits < 256; bits++) {
+    for (unsigned bits = 0; bits < 512; bits++) {
         struct report_facts f = facts_of(bits);
         if (report_judge(&f) != REPORT_HALT)
             continue;

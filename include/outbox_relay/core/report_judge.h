@@ -27,6 +27,9 @@ struct report_facts {
     bool dead_letter_policy; /* --on-poison dead-letter */
     bool rewinding;          /* a rewind is pending */
     bool to_dead_letter_topic; /* the failed record was a dead letter */
+    bool shared;             /* the refusal may be its batch's, not the event's
+                                (kafka_err_batch_refusal, and other events were
+                                in flight with it) */
 };
 
 enum report_verdict {
@@ -40,7 +43,10 @@ enum report_verdict {
     REPORT_SKIP,           /* a poison event while a rewind is pending: it is
                               produced again after it, and judged then */
     REPORT_DEAD_LETTER,    /* send it to the dead-letter topic */
-    REPORT_HALT            /* stop the relay: nothing after it is confirmed */
+    REPORT_HALT,           /* stop the relay: nothing after it is confirmed */
+    REPORT_ISOLATE         /* a streamed event refused with its batch: produce
+                              everything unconfirmed again one at a time, up to
+                              it, so that each is judged by its own refusal */
 };
 
 /* The verdict for f (pure; f must not be NULL). */

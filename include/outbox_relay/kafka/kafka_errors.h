@@ -49,6 +49,13 @@ enum kafka_err_class kafka_err_classify(int err);
 /* True for the classes that are waited out by producing again. */
 bool kafka_err_waits(enum kafka_err_class c);
 
+/* Whether err is a refusal a broker gives a whole record batch (a produce
+ * request's records for one partition) for one record's sake:
+ * MSG_SIZE_TOO_LARGE (10: Kafka checks max.message.bytes against the
+ * batch) and RECORD_LIST_TOO_LARGE (18). Every event of the batch gets it
+ * in its delivery report, the innocent ones too. */
+bool kafka_err_batch_refusal(int err);
+
 /* "retriable", "topic_missing", "authorization", "poison", "fatal", "none":
  * the label the metrics and logs use. */
 const char *kafka_err_class_name(enum kafka_err_class c);
