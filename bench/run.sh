@@ -1547,17 +1547,15 @@ table() {
     echo "| measurement | mock broker (build/mock-broker) | real Kafka $KAFKA_VERSION (1 KRaft node) | target |"
     echo "|---|---|---|---|"
     awk -v real="$work/rows-real.md" '
-        function cells(line, c,   n, i) { # "| a | b | c |" -> c[1..3]
-            sub(/^\| /, "", line); sub(/\|$/, "", line)
-            n = split(line, c, / \| /)
-            for (; n < 3; n++) c[n + 1] = ""
-            for (i = 1; i <= 3; i++) sub(/ +$/, "", c[i])
+        function cells(line, c,   f, i) { # "| a | b | c |" -> c[1..3] (no cell has a "|")
+            split(line, f, "|")
+            for (i = 1; i <= 3; i++) { c[i] = f[i + 1]; gsub(/^ +| +$/, "", c[i]) }
         }
         BEGIN { while ((getline l < real) > 0) { cells(l, c); r[c[1]] = c[2] } }
         {
             cells($0, c)
             if (!(c[1] in r)) v = "mock only"
-            else if (r[c[1]] == c[2]) v = "same"
+            else if (r[c[1]] == c[2]) v = (c[2] == "") ? "" : "same"
             else v = r[c[1]]
             printf "| %s | %s | %s | %s |\n", c[1], c[2], v, c[3]
         }' "$work/rows-mock.md"
