@@ -49,7 +49,18 @@
 # "-X linger.ms=5"), BENCH_RELAY_PREFIX (run outbox-relay under a profiler,
 # e.g. "valgrind --tool=callgrind --callgrind-out-file=/tmp/relay.cg"),
 # BENCH_STEADY_CONSUMER (after or live: when the fixed-rate steady runs read
-# their events back), BENCH_KEEP=1, OUTBOX_RELAY_BUILD (default build/).
+# their events back), BENCH_KAFKA (mock, real or both: the broker, below),
+# BENCH_KEEP=1, OUTBOX_RELAY_BUILD (default build/).
+#
+# The broker (BENCH_KAFKA): "mock" (the default, and what --quick and CI
+# run) is build/mock-broker; "real" runs every phase against a real Apache
+# Kafka 4.x, one KRaft node (broker and controller) on this machine,
+# started by tests/integration/kafka_cluster.py serve (its jars from Maven
+# Central through tests/tools/kafka.sh, cached), fresh for every run as the
+# mock is; "both" runs the drain and steady phases (their latency rows
+# included) once on each broker in the same bench run and prints those rows
+# with a column per broker; the other phases then use the mock only. The
+# broker's CPU is the JVM's (and its python parent's).
 set -euo pipefail
 
 usage() {
@@ -97,6 +108,20 @@ CLIENTS=${BENCH_CLIENTS:-16}
 # runs have no broker and no reader. The unthrottled run always reads live.
 STEADY_CONSUMER=${BENCH_STEADY_CONSUMER:-after}
 case $STEADY_CONSUMER in after | live) ;; *) echo "BENCH_STEADY_CONSUMER: after or live" >&2; exit 2 ;; esac
+# The broker(s): BROKER_KINDS in the order each brokered run uses them.
+# With "both", results from the real broker are recorded under their
+# phase name + "@real" (rec, med), the mock's under the plain name; a
+# measurement that involves no broker (pg_recvlogical, the floor) is
+# recorded under both, so each broker's rows and ratios read alike.
+KAFKA_MODE=${BENCH_KAFKA:-mock}
+case $KAFKA_MODE in
+mock) BROKER_KINDS=(mock); ALL_SUFS=("") ;;
+real) BROKER_KINDS=(real); ALL_SUFS=("") ;;
+both) BROKER_KINDS=(mock real); ALL_SUFS=("" "@real") ;;
+*) echo "BENCH_KAFKA: mock, real or both" >&2; exit 2 ;;
+esac
+BROKER_KIND=${BROKER_KINDS[0]} # the broker broker_start starts (with_broker sets it)
+REC_SUFS=("${ALL_SUFS[@]}")    # the suffixes rec records under (with_broker sets it)
 read -r -a RELAY_EXTRA <<<"${BENCH_RELAY_ARGS:-}"
 # A command to run outbox-relay under, for profiles (timings then mean
 # nothing), e.g. "valgrind --tool=callgrind --callgrind-out-file=/tmp/relay.cg".
@@ -194,12 +219,28 @@ free_port() {
     /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# Records one measurement: phase, name, value.
-rec() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$RESULTS"; }
+# Records one measurement: phase, name, value (under each of REC_SUFS).
+rec() {
+    local s
+    for s in "${REC_SUFS[@]}"; do printf '%s%s\t%s\t%s\n' "$1" "$s" "$2" "$3" >>"$RESULTS"; done
+}
+# suf_of KIND: the phase suffix KIND's results are recorded under.
+suf_of() { if [ "$KAFKA_MODE" = both ] && [ "$1" = real ]; then echo @real; fi; }
+# with_broker KIND CMD...: CMD with broker_start starting KIND and rec
+# recording under KIND's suffix only (bash's locals are seen by callees).
+with_broker() {
+    local BROKER_KIND=$1
+    local REC_SUFS=("$(suf_of "$1")")
+    shift
+    "$@"
+}
+# The last value recorded under name KEY in phase PHASE (this broker's).
+last_rec() { awk -F'\t' -v p="$1${REC_SUFS[0]}" -v k="$2" '$1 == p && $2 == k { v = $3 } END { print v }' "$RESULTS"; }
 
-# Median of every value recorded under phase/name ("" if none).
+# Median of every value recorded under phase/name ("" if none); the phase
+# read is PHASE$TSUF (the table sets TSUF to print the real broker's rows).
 med() {
-    awk -F'\t' -v p="$1" -v k="$2" '$1 == p && $2 == k { print $3 }' "$RESULTS" | sort -g |
+    awk -F'\t' -v p="$1${TSUF:-}" -v k="$2" '$1 == p && $2 == k { print $3 }' "$RESULTS" | sort -g |
         awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2];
                                   else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
@@ -400,9 +441,20 @@ recvlogical_follow() {
 
 # ---------------------------------------------------------------- the broker
 
-# broker_start [PARTITIONS]: PARTITIONS per topic of $TOPICS (default 4).
+# broker_start [PARTITIONS]: PARTITIONS per topic of $TOPICS (default 4),
+# on the broker BROKER_KIND names (mock or real), fresh: no run reads what
+# an earlier one left. BOOTSTRAP is its address, BROKER_PID the process
+# whose CPU is the broker's (broker_ticks).
+BROKER_SERVE_PID=""
 broker_start() {
-    local ctl=$work/broker.ctl i nparts=${1:-4}
+    if [ "$BROKER_KIND" = real ]; then
+        kafka_start "${1:-4}"
+    else
+        mock_start "${1:-4}"
+    fi
+}
+mock_start() {
+    local ctl=$work/broker.ctl i nparts=$1
     rm -f "$ctl" "$work/broker.out"
     mkfifo "$ctl"
     # Not through bg(): the FIFO must be opened in the child, or opening it
@@ -435,11 +487,96 @@ broker_cmd() {
     [ "$(tail -1 "$work/broker.out")" = ok ] || die "mock-broker: $1: $(tail -1 "$work/broker.out")"
 }
 broker_stop() {
+    if [ -n "$BROKER_SERVE_PID" ]; then
+        stop_pid "$BROKER_SERVE_PID" # SIGTERM: kafka_cluster.py kills the JVM, removes its data
+        [ "$STOP_RC" = 0 ] || die "kafka_cluster.py serve exited with $STOP_RC: $(tail -5 "$work/kafka.log")"
+        BROKER_SERVE_PID=""
+        BROKER_PID=""
+        return
+    fi
     echo quit >&"$BROKER_FD" || true
     exec {BROKER_FD}>&-
     wait_pid "$BROKER_PID" 10
     [ "$WAIT_RC" = 124 ] && stop_pid "$BROKER_PID"
     BROKER_PID=""
+}
+# The broker's CPU so far, in clock ticks: the mock's process, or the real
+# broker's JVM plus the python that serves it (/proc/PID/stat sums every
+# thread of a process).
+broker_ticks() {
+    local t
+    t=$(proc_ticks "$BROKER_PID")
+    [ -z "$BROKER_SERVE_PID" ] || t=$((t + $(proc_ticks "$BROKER_SERVE_PID")))
+    echo "$t"
+}
+
+# A real Apache Kafka: one KRaft node (broker and controller in one JVM,
+# replication factor 1) from tests/integration/kafka_cluster.py serve,
+# which creates the topics, writes the bootstrap address once they exist,
+# and on SIGTERM kills the JVM and removes its data dir. Its settings are
+# kafka_cluster.py's (small heap, serial GC, C1 only, 2 network and 2 I/O
+# threads: sized for tests on 2 cores), the log flush Kafka's default (none:
+# the page cache, replication being Kafka's durability, not fsync).
+KAFKA_LIB=""
+KAFKA_VERSION=""
+kafka_lib() { # resolves (and caches) the broker's jars once, before any clock
+    [ -z "$KAFKA_LIB" ] || return 0
+    local rc=0
+    KAFKA_LIB=$(bash "$repo/tests/tools/kafka.sh" 2>"$work/kafka-sh.log") || rc=$?
+    [ "$rc" = 3 ] && die "BENCH_KAFKA=$KAFKA_MODE: Maven Central cannot be reached: $(tail -1 "$work/kafka-sh.log")"
+    [ "$rc" = 0 ] || die "tests/tools/kafka.sh failed ($rc): $(tail -5 "$work/kafka-sh.log")"
+    KAFKA_LIB=$(tail -1 <<<"$KAFKA_LIB")
+    local j
+    for j in "$KAFKA_LIB"/kafka_2.13-*.jar; do
+        [[ "$j" == *-test.jar || "$j" == *-sources.jar ]] && continue
+        KAFKA_VERSION=${j##*/kafka_2.13-}
+        KAFKA_VERSION=${KAFKA_VERSION%.jar}
+    done
+}
+kafka_start() {
+    local nparts=$1 bf=$work/kafka.bootstrap t i args=() kids
+    kafka_lib
+    rm -f "$bf"
+    for t in ${TOPICS//,/ } bench-warmup; do args+=(--topic "$t:$nparts"); done
+    /usr/bin/python3 "$repo/tests/integration/kafka_cluster.py" serve --nodes 1 \
+        --bootstrap-file "$bf" "${args[@]}" >>"$work/kafka.log" 2>&1 &
+    BROKER_SERVE_PID=$!
+    PIDS+=("$BROKER_SERVE_PID")
+    for ((i = 0; i < 3000; i++)); do # 300 s
+        [ -s "$bf" ] && break
+        if ! kill -0 "$BROKER_SERVE_PID" 2>/dev/null; then
+            wait_pid "$BROKER_SERVE_PID" 1
+            [ "$WAIT_RC" = 3 ] && die "BENCH_KAFKA=$KAFKA_MODE: Maven Central cannot be reached: $(tail -1 "$work/kafka.log")"
+            die "kafka_cluster.py serve exited ($WAIT_RC): $(tail -5 "$work/kafka.log")"
+        fi
+        sleep 0.1
+    done
+    [ -s "$bf" ] || die "Kafka did not start in 300 s: $(tail -5 "$work/kafka.log")"
+    BOOTSTRAP=$(cat "$bf")
+    # The JVM: the serve process's one child once the broker is up (the
+    # storage format's JVM has exited by then).
+    kids=$(ps --ppid "$BROKER_SERVE_PID" -o pid= -o comm=)
+    BROKER_PID=$(awk '$2 == "java" { print $1 }' <<<"$kids")
+    [[ "$BROKER_PID" =~ ^[0-9]+$ ]] || die "no single Kafka JVM under kafka_cluster.py (pid $BROKER_SERVE_PID): $kids"
+    kafka_warm
+}
+# kafka_warm: before any clock, what a broker that has been running has
+# done already: handed out a block of idempotent producer ids (a fresh
+# KRaft broker answers the first InitProducerId with "coordinator load in
+# progress", and librdkafka retries: about 0.5 s of the first drain) and
+# run its produce and fetch paths often enough for the JIT compiler.
+# BENCH_KAFKA_WARM messages (20,000 by default; 0: none) to bench-warmup,
+# read back once.
+kafka_warm() {
+    local n=${BENCH_KAFKA_WARM:-20000}
+    [ "$n" -gt 0 ] || return 0
+    # In requests of a few messages: thousands of produce requests, as a
+    # relayer with linger.ms=0 sends them (1 to 2 s).
+    seq "$n" | kcat -b "$BOOTSTRAP" -P -t bench-warmup -X enable.idempotence=true \
+        -X linger.ms=0 -X batch.num.messages=5 2>>"$work/kafka.log" ||
+        die "kcat could not warm the Kafka broker up"
+    kcat -b "$BOOTSTRAP" -C -t bench-warmup -o beginning -e -q >/dev/null 2>>"$work/kafka.log" ||
+        die "kcat could not read the warm-up topic back"
 }
 
 # ------------------------------------------------------- relayer and readers
@@ -571,7 +708,7 @@ phase_drain() {
     drain_small
     log "drain: generating a backlog of $BACKLOG events"
     create_slot bench_origin
-    local lsn0 end_lsn min_id n r o0
+    local lsn0 end_lsn min_id n r o0 kind
     lsn0=$(current_lsn)
     min_id=$(next_id)
     o0=$(psql_q -c "SELECT coalesce(max(id), 0) FROM bench_orders")
@@ -607,47 +744,58 @@ phase_drain() {
         rec drain recv_client_cores "$(calc "$(tail -1 "$work/recv.time" | awk '{ print $1 + $2 }') / $CPU_SECS")"
         drop_slot bench_recv
         rec drain recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
+        # and pgoutput's decode limit (no broker either: recorded for each)
+        drain_pgoutput_recv "$end_lsn"
 
-        # 2. outbox-relay, until the consumer has every event
-        drain_relay wal2json relay "$r" "$min_id" "$end_lsn"
-
-        # 3. the polling relayer, same clock; the table reset to "nothing
-        #    dispatched" and rewritten so every run starts alike
-        psql_q -c "UPDATE events_outbox SET dispatched_at = NULL WHERE dispatched_at IS NOT NULL" \
-            -c "VACUUM FULL events_outbox" -c "ANALYZE events_outbox" -c "CHECKPOINT"
-        broker_start
-        consumer_start "$min_id" "$BACKLOG" "$work/drain-poll.out" 600
-        local b0
-        b0=$(proc_ticks "$BROKER_PID")
-        cpu_begin
-        t0=$(now_us)
-        bg "$bin/polling-relayer" --dsn "$DSN" --brokers "$BOOTSTRAP" --exit-when-empty \
-            >"$work/drain-poll-$r.log" 2>&1
-        local poller=$BG_PID
-        consumer_wait "$work/drain-poll.out" 600
-        cpu_end drain poll
-        last=$(kv "$work/drain-poll.out" last_unix_us)
-        rec drain poll_broker_cores "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
-        rec drain poll_consumer_cores "$(calc "$(kv "$work/drain-poll.out" cpu_ms) / 1000 / $CPU_SECS")"
-        wait_pid "$poller" 60
-        [ "$WAIT_RC" = 0 ] || die "polling relayer failed: $(tail -3 "$work/drain-poll-$r.log")"
-        rec drain poll_poller_cores "$(calc "$(kv "$work/drain-poll-$r.log" cpu_ms) / 1000 / $CPU_SECS")"
-        broker_stop
-        rec drain poll_s "$(calc "($last - $t0) / 1e6")"
-        # Ratios within one repetition: its three runs are minutes apart at
-        # most, so a burst of other load skews fewer of them.
-        local rs rr rp
-        rs=$(awk -F'\t' '$2 == "recvlogical_s" { v = $3 } END { print v }' "$RESULTS")
-        rr=$(awk -F'\t' '$2 == "relay_s" { v = $3 } END { print v }' "$RESULTS")
-        rp=$(awk -F'\t' '$2 == "poll_s" { v = $3 } END { print v }' "$RESULTS")
-        rec drain ratio_decode "$(calc "$rs / $rr")"
-        rec drain ratio_poll "$(calc "$rp / $rr")"
-        drain_pgoutput "$r" "$end_lsn" "$min_id"
-        log "drain $r/$REPS: pg_recvlogical $(awk -F'\t' '$2=="recvlogical_s"{v=$3}END{print v}' "$RESULTS") s," \
-            "outbox-relay $(awk -F'\t' '$2=="relay_s"{v=$3}END{print v}' "$RESULTS") s," \
-            "polling $(awk -F'\t' '$2=="poll_s"{v=$3}END{print v}' "$RESULTS") s"
+        # 2.-4. on each broker
+        for kind in "${BROKER_KINDS[@]}"; do
+            with_broker "$kind" drain_brokered "$r" "$min_id" "$end_lsn"
+        done
     done
     drop_slot bench_origin
+}
+
+# drain_brokered REP MIN_ID END_LSN: one repetition's brokered drains on
+# BROKER_KIND: outbox-relay (wal2json), the polling relayer, outbox-relay
+# --plugin pgoutput, and their ratios to the decode limits.
+drain_brokered() {
+    local r=$1 min_id=$2 end_lsn=$3 t0 last
+    # 2. outbox-relay, until the consumer has every event
+    drain_relay wal2json relay "$r" "$min_id" "$end_lsn"
+
+    # 3. the polling relayer, same clock; the table reset to "nothing
+    #    dispatched" and rewritten so every run starts alike
+    psql_q -c "UPDATE events_outbox SET dispatched_at = NULL WHERE dispatched_at IS NOT NULL" \
+        -c "VACUUM FULL events_outbox" -c "ANALYZE events_outbox" -c "CHECKPOINT"
+    broker_start
+    consumer_start "$min_id" "$BACKLOG" "$work/drain-poll.out" 600
+    local b0
+    b0=$(broker_ticks)
+    cpu_begin
+    t0=$(now_us)
+    bg "$bin/polling-relayer" --dsn "$DSN" --brokers "$BOOTSTRAP" --exit-when-empty \
+        >"$work/drain-poll-$r.log" 2>&1
+    local poller=$BG_PID
+    consumer_wait "$work/drain-poll.out" 600
+    cpu_end drain poll
+    last=$(kv "$work/drain-poll.out" last_unix_us)
+    rec drain poll_broker_cores "$(calc "($(broker_ticks) - $b0) / $TICK / $CPU_SECS")"
+    rec drain poll_consumer_cores "$(calc "$(kv "$work/drain-poll.out" cpu_ms) / 1000 / $CPU_SECS")"
+    wait_pid "$poller" 60
+    [ "$WAIT_RC" = 0 ] || die "polling relayer failed: $(tail -3 "$work/drain-poll-$r.log")"
+    rec drain poll_poller_cores "$(calc "$(kv "$work/drain-poll-$r.log" cpu_ms) / 1000 / $CPU_SECS")"
+    broker_stop
+    rec drain poll_s "$(calc "($last - $t0) / 1e6")"
+    # Ratios within one repetition: its three runs are minutes apart at
+    # most, so a burst of other load skews fewer of them.
+    local rs rr rp
+    rs=$(last_rec drain recvlogical_s)
+    rr=$(last_rec drain relay_s)
+    rp=$(last_rec drain poll_s)
+    rec drain ratio_decode "$(calc "$rs / $rr")"
+    rec drain ratio_poll "$(calc "$rp / $rr")"
+    drain_pgoutput "$r" "$end_lsn" "$min_id"
+    log "drain $r/$REPS ($BROKER_KIND broker): pg_recvlogical $rs s, outbox-relay $rr s, polling $rp s"
 }
 
 # drain_relay PLUGIN KEY REP MIN_ID END_LSN [PHASE ORIGIN COUNT]:
@@ -668,7 +816,7 @@ drain_relay() {
     bg "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" \
         -c "SELECT bench_wait_confirmed('bench_relay', '$end_lsn', 300)" >"$work/drain-confirmed.out" 2>&1
     waiter=$BG_PID
-    b0=$(proc_ticks "$BROKER_PID")
+    b0=$(broker_ticks)
     cpu_begin
     t0=$(now_us)
     RELAY_PLUGIN=$plugin relay_start bench_relay "$work/drain-$key-$r.log"
@@ -684,7 +832,7 @@ drain_relay() {
     rec "$phase" "${key}_walsender_cores" "$(calc "$(proc_ticks "$ws") / $TICK / $CPU_SECS")"
     rec "$phase" "${key}_walsender_us_per_event" "$(calc "$(proc_ticks "$ws") * 1e6 / $TICK / $count")"
     rec "$phase" "${key}_relay_cores" "$(calc "$c0 / $TICK / $CPU_SECS")"
-    rec "$phase" "${key}_broker_cores" "$(calc "($(proc_ticks "$BROKER_PID") - $b0) / $TICK / $CPU_SECS")"
+    rec "$phase" "${key}_broker_cores" "$(calc "($(broker_ticks) - $b0) / $TICK / $CPU_SECS")"
     rec "$phase" "${key}_consumer_cores" "$(calc "$(kv "$work/drain-$key.out" cpu_ms) / 1000 / $CPU_SECS")"
     rec "$phase" "${key}_hwm_mib" "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
     relay_stop "$work/drain-$key-$r.log"
@@ -703,7 +851,7 @@ drain_relay() {
 drain_small() {
     log "drain: generating a backlog of $BACKLOG small events"
     create_slot bench_small
-    local lsn0 end_lsn min_id n r t0 t1 rs rr
+    local lsn0 end_lsn min_id n r t0 t1 kind
     lsn0=$(current_lsn)
     min_id=$(next_id)
     psql_q -c "SET synchronous_commit = off" -c "CALL bench_backlog($BACKLOG, true)"
@@ -726,22 +874,30 @@ drain_small() {
             cpu_end small "${p}_recv"
             drop_slot bench_recv
             rec small "${p}_recvlogical_s" "$(calc "($t1 - $t0) / 1e6")"
-            drain_relay "$plugin" "${p}_relay" "$r" "$min_id" "$end_lsn" small bench_small "$BACKLOG"
-            rs=$(awk -F'\t' -v k="${p}_recvlogical_s" '$1 == "small" && $2 == k { v = $3 } END { print v }' "$RESULTS")
-            rr=$(awk -F'\t' -v k="${p}_relay_s" '$1 == "small" && $2 == k { v = $3 } END { print v }' "$RESULTS")
-            rec small "${p}_ratio_decode" "$(calc "$rs / $rr")"
-            log "drain $r/$REPS small events, $plugin: pg_recvlogical $rs s, outbox-relay $rr s"
+            for kind in "${BROKER_KINDS[@]}"; do
+                with_broker "$kind" drain_small_relay "$plugin" "$p" "$r" "$min_id" "$end_lsn"
+            done
         done
     done
     drop_slot bench_small
     psql_q -c "DELETE FROM events_outbox WHERE id >= $min_id" -c "VACUUM events_outbox" >/dev/null
 }
 
-# drain_pgoutput REP END_LSN MIN_ID: the same backlog through pgoutput
-# (slots copied from bench_origin with that plugin): pg_recvlogical into
-# /dev/null, then outbox-relay --plugin pgoutput until consumed.
-drain_pgoutput() {
-    local r=$1 end_lsn=$2 min_id=$3 t0 t1
+# drain_small_relay PLUGIN P REP MIN_ID END_LSN: outbox-relay on the
+# small-event backlog (BROKER_KIND's broker), its ratio to the decode limit.
+drain_small_relay() {
+    local plugin=$1 p=$2 r=$3 min_id=$4 end_lsn=$5 rs rr
+    drain_relay "$plugin" "${p}_relay" "$r" "$min_id" "$end_lsn" small bench_small "$BACKLOG"
+    rs=$(last_rec small "${p}_recvlogical_s")
+    rr=$(last_rec small "${p}_relay_s")
+    rec small "${p}_ratio_decode" "$(calc "$rs / $rr")"
+    log "drain $r/$REPS small events, $plugin ($BROKER_KIND broker): pg_recvlogical $rs s, outbox-relay $rr s"
+}
+
+# drain_pgoutput_recv END_LSN: the backlog through pgoutput (a slot copied
+# from bench_origin with that plugin) by pg_recvlogical into /dev/null.
+drain_pgoutput_recv() {
+    local end_lsn=$1 t0 t1
     copy_slot bench_origin bench_recv pgoutput
     cpu_begin
     t0=$(now_us)
@@ -750,15 +906,20 @@ drain_pgoutput() {
     cpu_end drain pgo_recv
     drop_slot bench_recv
     rec drain pgo_recvlogical_s "$(calc "($t1 - $t0) / 1e6")"
+}
 
+# drain_pgoutput REP END_LSN MIN_ID: the same backlog through outbox-relay
+# --plugin pgoutput until consumed, and its ratio to pgoutput's decode limit.
+drain_pgoutput() {
+    local r=$1 end_lsn=$2 min_id=$3
     drain_relay pgoutput pgo_relay "$r" "$min_id" "$end_lsn"
     local ps pr ws_
-    ps=$(awk -F'\t' '$2 == "pgo_recvlogical_s" { v = $3 } END { print v }' "$RESULTS")
-    pr=$(awk -F'\t' '$2 == "pgo_relay_s" { v = $3 } END { print v }' "$RESULTS")
-    ws_=$(awk -F'\t' '$2 == "recvlogical_s" { v = $3 } END { print v }' "$RESULTS")
+    ps=$(last_rec drain pgo_recvlogical_s)
+    pr=$(last_rec drain pgo_relay_s)
+    ws_=$(last_rec drain recvlogical_s)
     rec drain ratio_decode_pgo "$(calc "$ps / $pr")"
     rec drain ratio_decode_pgo_w2j "$(calc "$ws_ / $ps")"
-    log "drain $r/$REPS pgoutput: pg_recvlogical $ps s, outbox-relay $pr s"
+    log "drain $r/$REPS pgoutput ($BROKER_KIND broker): pg_recvlogical $ps s, outbox-relay $pr s"
 }
 
 # steady_run NAME RATE|max EVENTS_PER_TX: producers committing RATE events/s
@@ -784,7 +945,7 @@ steady_run() {
     local ws b0 b1 w0 w1
     ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_steady'")
     c0=$(proc_ticks "$RELAY_PID")
-    b0=$(proc_ticks "$BROKER_PID")
+    b0=$(broker_ticks)
     w0=$(proc_ticks "$ws")
     local x0 x1
     x0=$(proc_ctxsw "$RELAY_PID")
@@ -806,7 +967,7 @@ steady_run() {
         last=$t1
     fi
     c1=$(proc_ticks "$RELAY_PID")
-    b1=$(proc_ticks "$BROKER_PID")
+    b1=$(broker_ticks)
     w1=$(proc_ticks "$ws")
     x1=$(proc_ctxsw "$RELAY_PID")
     cpu_end "steady_$name" cpu
@@ -844,15 +1005,17 @@ steady_run() {
     rec "steady_$name" cpu_us_per_event "$(calc "($c1 - $c0) * 1e6 / $TICK / $total")"
     rec "steady_$name" cpu_pct "$(calc "($c1 - $c0) * 100 / $TICK / (($t1 - $t0) / 1e6)")"
     rec "steady_$name" hwm_mib "$(calc "$(proc_hwm_kb "$RELAY_PID") / 1024")"
-    # for the floor run that follows at the same load (issue 14's ratios, per repetition)
-    LAST_STEADY_CPU_US=$(calc "($c1 - $c0) * 1e6 / $TICK / $total")
-    LAST_STEADY_P50=$(hist_quantile 0.50 <"$work/steady-$name.metrics")
-    LAST_STEADY_P99=$(hist_quantile 0.99 <"$work/steady-$name.metrics")
-    LAST_STEADY_MEAN=$(hist_mean <"$work/steady-$name.metrics")
+    # for the floor run that follows at the same load (issue 14's ratios, per
+    # repetition), per broker (the suffix its results are recorded under)
+    local sf=${REC_SUFS[0]}
+    LAST_STEADY_CPU_US[x$sf]=$(calc "($c1 - $c0) * 1e6 / $TICK / $total")
+    LAST_STEADY_P50[x$sf]=$(hist_quantile 0.50 <"$work/steady-$name.metrics")
+    LAST_STEADY_P99[x$sf]=$(hist_quantile 0.99 <"$work/steady-$name.metrics")
+    LAST_STEADY_MEAN[x$sf]=$(hist_mean <"$work/steady-$name.metrics")
     relay_stop "$work/steady-$name.log"
     broker_stop
     drop_slot bench_steady
-    log "steady $name: $(calc "$total / (($last - $t0) / 1e6)") events/s delivered," \
+    log "steady $name ($BROKER_KIND broker): $(calc "$total / (($last - $t0) / 1e6)") events/s delivered," \
         "p50/p99 $(hist_quantile 0.50 <"$work/steady-$name.metrics")/$(hist_quantile 0.99 <"$work/steady-$name.metrics") ms," \
         "cpu $(calc "($c1 - $c0) * 100 / $TICK / (($t1 - $t0) / 1e6)") %"
 }
@@ -891,9 +1054,14 @@ floor_run() {
     # relayer's CPU per event is held to 2x it), and its wake-ups per event
     rec "floor_$name" cpu_us_per_event "$(calc "($r1 - $r0) * 1e6 / $TICK / $events")"
     rec "floor_$name" ctxsw_per_event "$(calc "(${x1% *} - ${x0% *}) / $events")"
-    if [ -n "${LAST_STEADY_CPU_US:-}" ] && [ "$r1" -gt "$r0" ]; then
-        rec "floor_$name" ratio_cpu "$(quot "$LAST_STEADY_CPU_US" "$(calc "($r1 - $r0) * 1e6 / $TICK / $events")")"
-    fi
+    local sf REC_SUFS=("${REC_SUFS[@]}")
+    for sf in "${ALL_SUFS[@]}"; do # against each broker's steady run
+        REC_SUFS=("$sf")
+        if [ -n "${LAST_STEADY_CPU_US[x$sf]:-}" ] && [ "$r1" -gt "$r0" ]; then
+            rec "floor_$name" ratio_cpu "$(quot "${LAST_STEADY_CPU_US[x$sf]}" "$(calc "($r1 - $r0) * 1e6 / $TICK / $events")")"
+        fi
+    done
+    REC_SUFS=("${ALL_SUFS[@]}")
     # the floor as the relayer's histogram would report it (its buckets),
     # and its exact mean: the "over the floor" figures compare like with like
     local fh=floor_latency_seconds h50 h99 hmean
@@ -903,11 +1071,14 @@ floor_run() {
     rec "floor_$name" h50_ms "$h50"
     rec "floor_$name" h99_ms "$h99"
     rec "floor_$name" mean_ms "$hmean"
-    if [ -n "${LAST_STEADY_P50:-}" ]; then
-        rec "floor_$name" over_p50_ms "$(diff_of "$LAST_STEADY_P50" "$h50")"
-        rec "floor_$name" over_p99_ms "$(diff_of "$LAST_STEADY_P99" "$h99")"
-        rec "floor_$name" over_mean_ms "$(diff_of "$LAST_STEADY_MEAN" "$hmean")"
-    fi
+    for sf in "${ALL_SUFS[@]}"; do
+        REC_SUFS=("$sf")
+        if [ -n "${LAST_STEADY_P50[x$sf]:-}" ]; then
+            rec "floor_$name" over_p50_ms "$(diff_of "${LAST_STEADY_P50[x$sf]}" "$h50")"
+            rec "floor_$name" over_p99_ms "$(diff_of "${LAST_STEADY_P99[x$sf]}" "$h99")"
+            rec "floor_$name" over_mean_ms "$(diff_of "${LAST_STEADY_MEAN[x$sf]}" "$hmean")"
+        fi
+    done
     log "floor $name: commit->client p50/p99 $(kv "$work/floor-$name.out" lat_p50_ms)/$(kv "$work/floor-$name.out" lat_p99_ms) ms"
 }
 
@@ -915,15 +1086,18 @@ floor_run() {
 # 1,000 transactions/s of 5 events, since this machine cannot commit 5,000
 # fsync'd transactions/s next to everything else (the unthrottled run says
 # how many it can); unthrottled with 5-event transactions.
+# With BENCH_KAFKA=both each steady run is made on each broker, one after
+# the other, before the floor run they are both compared with.
+declare -A LAST_STEADY_CPU_US=() LAST_STEADY_P50=() LAST_STEADY_P99=() LAST_STEADY_MEAN=()
 phase_steady() {
-    local r
+    local r kind
     for ((r = 1; r <= STEADY_REPS; r++)); do
-        steady_run 1k 1000 1
+        for kind in "${BROKER_KINDS[@]}"; do with_broker "$kind" steady_run 1k 1000 1; done
         floor_run 1k 1000 1
-        steady_run 5k 5000 5
+        for kind in "${BROKER_KINDS[@]}"; do with_broker "$kind" steady_run 5k 5000 5; done
         floor_run 5k 5000 5
     done
-    steady_run max max 5
+    for kind in "${BROKER_KINDS[@]}"; do with_broker "$kind" steady_run max max 5; done
 }
 
 # The transaction is committed first, with two slots created before it;
@@ -1013,7 +1187,7 @@ load_run() {
     esac
     local x0=0 x1=0 b0=0 b1=0 w0=0 w1=0 xpid="" ws=""
     case "$mode" in relay) xpid=$RELAY_PID ;; poll) xpid=$poller ;; esac
-    [ -z "$xpid" ] || { x0=$(proc_ticks "$xpid"); b0=$(proc_ticks "$BROKER_PID"); }
+    [ -z "$xpid" ] || { x0=$(proc_ticks "$xpid"); b0=$(broker_ticks); }
     if [ "$mode" = relay ] || [ "$mode" = decode ]; then
         ws=$(psql_q -c "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bench_load'")
         w0=$(proc_ticks "$ws")
@@ -1023,7 +1197,7 @@ load_run() {
     pgbench_run "$work/pgbench-load-$mode-$r.log" 1 -c "$CLIENTS" -T "$LOAD_SECONDS"
     cpu_end "load_$mode" cpu
     lsn1=$(current_lsn)
-    [ -z "$xpid" ] || { x1=$(proc_ticks "$xpid"); b1=$(proc_ticks "$BROKER_PID"); }
+    [ -z "$xpid" ] || { x1=$(proc_ticks "$xpid"); b1=$(broker_ticks); }
     [ -z "$ws" ] || w1=$(proc_ticks "$ws")
     rec "load_$mode" cpu_walsender_cores "$(calc "($w1 - $w0) / $TICK / $CPU_SECS")"
     rec "load_$mode" cpu_relayer_cores "$(calc "($x1 - $x0) / $TICK / $CPU_SECS")"
@@ -1217,8 +1391,14 @@ for f in "$repo"/sql/*.sql "$repo/bench/schema.sql"; do
     psql_q -f "$f" >/dev/null
 done
 
+# Only drain and steady run on each broker (BENCH_KAFKA=both); the others
+# on the first (the mock with "both"), recorded under the plain names.
 for p in drain steady huge load decoder consume; do
-    has_phase "$p" && "phase_$p"
+    has_phase "$p" || continue
+    case $p in
+    drain | steady) "phase_$p" ;;
+    *) with_broker "${BROKER_KINDS[0]}" "phase_$p" ;;
+    esac
 done
 
 # ------------------------------------------------------------------- table
@@ -1235,10 +1415,10 @@ other() {
     fmt %.2f "$total"
 }
 
-table() {
+# table_rows: the table's rows, each "| measurement | result | target |",
+# read from the results of phase$TSUF (med).
+table_rows() {
     local d_recv d_relay d_poll
-    echo "| measurement | result | target |"
-    echo "|---|---|---|"
     if has_phase drain; then
         d_recv=$(med drain recvlogical_s)
         d_relay=$(med drain relay_s)
@@ -1250,7 +1430,7 @@ table() {
         echo "| drain CPU, cores busy (of $NCPU): pg_recvlogical | machine $(c2 drain recv_machine_cores): PostgreSQL $(c2 drain recv_postgres_cores), pg_recvlogical $(c2 drain recv_client_cores), other $(other drain recv_machine_cores recv_postgres_cores recv_client_cores) | |"
         echo "| drain CPU: outbox-relay | machine $(c2 drain relay_machine_cores): PostgreSQL $(c2 drain relay_postgres_cores) (walsender $(c2 drain relay_walsender_cores)), relayer $(c2 drain relay_relay_cores), broker $(c2 drain relay_broker_cores), consumer $(c2 drain relay_consumer_cores), other $(other drain relay_machine_cores relay_postgres_cores relay_relay_cores relay_broker_cores relay_consumer_cores) | |"
         echo "| drain CPU: polling relayer | machine $(c2 drain poll_machine_cores): PostgreSQL $(c2 drain poll_postgres_cores), poller $(c2 drain poll_poller_cores), broker $(c2 drain poll_broker_cores), consumer $(c2 drain poll_consumer_cores), other $(other drain poll_machine_cores poll_postgres_cores poll_poller_cores poll_broker_cores poll_consumer_cores) | |"
-        echo "| drain speed: outbox-relay ÷ decode limit (of the medians; median of the $REPS per-repetition ratios) | **$(fmt %.2f "$(calc "$d_recv / $d_relay")")×** ($(fmt %.2f "$(med drain ratio_decode)")×, range $(awk -F'\t' '$2 == "ratio_decode" { v = $3 + 0; if (n++ == 0 || v < lo) lo = v; if (n == 1 || v > hi) hi = v } END { printf "%.2f–%.2f", lo, hi }' "$RESULTS")); $(fmt %.2f "$(med drain relay_cpu_us_per_event)") µs CPU/event | ≥ 1.0×; ≤ 5 µs |"
+        echo "| drain speed: outbox-relay ÷ decode limit (of the medians; median of the $REPS per-repetition ratios) | **$(fmt %.2f "$(calc "$d_recv / $d_relay")")×** ($(fmt %.2f "$(med drain ratio_decode)")×, range $(awk -F'\t' -v p="drain${TSUF:-}" '$1 == p && $2 == "ratio_decode" { v = $3 + 0; if (n++ == 0 || v < lo) lo = v; if (n == 1 || v > hi) hi = v } END { printf "%.2f–%.2f", lo, hi }' "$RESULTS")); $(fmt %.2f "$(med drain relay_cpu_us_per_event)") µs CPU/event | ≥ 1.0×; ≤ 5 µs |"
         echo "| drain speed: outbox-relay ÷ polling relayer (same) | **$(fmt %.1f "$(calc "$d_poll / $d_relay")")×** ($(fmt %.1f "$(med drain ratio_poll)")×) | ≥ 30× |"
         local p_recv p_relay
         p_recv=$(med drain pgo_recvlogical_s)
@@ -1295,7 +1475,16 @@ table() {
             cu=$(med "steady_$s" cpu_us_per_event)
             fu=$(med "floor_$s" cpu_us_per_event)
             du=$(med drain relay_cpu_us_per_event)
-            echo "| steady $label: relayer CPU per event ÷ pg_recvlogical's as the client of the same load (its $(fmt %.1f "$fu") µs/event, $(fmt %.2f "$(med "floor_$s" ctxsw_per_event)") context switches per event)$([ -n "$du" ] && echo "; ÷ the relayer's own draining cost ($(fmt %.2f "$du") µs/event)") | **$(fmt %.2f "$(quot "$cu" "$fu")")×** ($(fmt %.2f "$(med "floor_$s" ratio_cpu)")×)$([ -n "$du" ] && echo "; **$(fmt %.2f "$(quot "$cu" "$du")")×**") | ≤ 2×$([ -n "$du" ] && echo "; ≤ 1.5×") |"
+            # (with a column per broker the draining cost, which differs,
+            # moves from the measurement's text into each result)
+            local dl="" dr=""
+            if [ -n "$du" ] && [ "$KAFKA_MODE" = both ]; then
+                dl="; ÷ the relayer's own draining cost on the same broker"
+                dr=" ($(fmt %.2f "$du") µs/event)"
+            elif [ -n "$du" ]; then
+                dl="; ÷ the relayer's own draining cost ($(fmt %.2f "$du") µs/event)"
+            fi
+            echo "| steady $label: relayer CPU per event ÷ pg_recvlogical's as the client of the same load (its $(fmt %.1f "$fu") µs/event, $(fmt %.2f "$(med "floor_$s" ctxsw_per_event)") context switches per event)$dl | **$(fmt %.2f "$(quot "$cu" "$fu")")×** ($(fmt %.2f "$(med "floor_$s" ratio_cpu)")×)$([ -n "$du" ] && echo "; **$(fmt %.2f "$(quot "$cu" "$du")")×**$dr") | ≤ 2×$([ -n "$du" ] && echo "; ≤ 1.5×") |"
             echo "| steady $label: commit→delivery over the floor, p50 / p99 (relayer histogram − the floor binned alike) | **$(fmt %+.2f "$(diff_of "$(med "steady_$s" hist_p50_ms)" "$(med "floor_$s" h50_ms)")") / $(fmt %+.2f "$(diff_of "$(med "steady_$s" hist_p99_ms)" "$(med "floor_$s" h99_ms)")") ms** ($(fmt %+.2f "$(med "floor_$s" over_p50_ms)") / $(fmt %+.2f "$(med "floor_$s" over_p99_ms)")) | p50 ≤ floor + 1 ms, p99 ≤ floor + 10 ms |"
             # where the mean over the floor goes (means add up exactly):
             # the broker's round trip, and the rest (WAL to the relayer,
@@ -1339,6 +1528,56 @@ table() {
     fi
 }
 
+# The table: one result column, or with BENCH_KAFKA=both one per broker:
+# the drain and steady rows made twice (TSUF "" and "@real"), joined on the
+# measurement (the same text: its figures are those recorded for both),
+# "same" where both runs read the one value (no broker involved), "mock
+# only" on the phases that ran on the mock alone; then real ÷ mock rows.
+table() {
+    if [ "$KAFKA_MODE" != both ]; then
+        echo "| measurement | result | target |"
+        echo "|---|---|---|"
+        table_rows
+        return
+    fi
+    local p real_phases=""
+    for p in drain steady; do has_phase "$p" && real_phases+=" $p"; done
+    table_rows >"$work/rows-mock.md"
+    (TSUF=@real PHASES=$real_phases table_rows) >"$work/rows-real.md"
+    echo "| measurement | mock broker (build/mock-broker) | real Kafka $KAFKA_VERSION (1 KRaft node) | target |"
+    echo "|---|---|---|---|"
+    awk -v real="$work/rows-real.md" '
+        function cells(line, c,   f, i) { # "| a | b | c |" -> c[1..3] (no cell has a "|")
+            split(line, f, "|")
+            for (i = 1; i <= 3; i++) { c[i] = f[i + 1]; gsub(/^ +| +$/, "", c[i]) }
+        }
+        BEGIN { while ((getline l < real) > 0) { cells(l, c); r[c[1]] = c[2] } }
+        {
+            cells($0, c)
+            if (!(c[1] in r)) v = "mock only"
+            else if (r[c[1]] == c[2]) v = (c[2] == "") ? "" : "same"
+            else v = r[c[1]]
+            printf "| %s | %s | %s | %s |\n", c[1], c[2], v, c[3]
+        }' "$work/rows-mock.md"
+    ratio_rows
+}
+
+# ratio_rows: real ÷ mock of the medians, on the rows that say most.
+ratio_rows() {
+    local s label
+    q() { quot "$(TSUF=@real med "$1" "$2")" "$(med "$1" "$2")"; }
+    if has_phase drain; then
+        echo "| real Kafka ÷ mock, drain time until consumed: outbox-relay wal2json / pgoutput / polling relayer; relayer CPU per event (wal2json) | | $(fmt %.2f "$(q drain relay_s)")× / $(fmt %.2f "$(q drain pgo_relay_s)")× / $(fmt %.2f "$(q drain poll_s)")×; $(fmt %.2f "$(q drain relay_cpu_us_per_event)")× | |"
+        echo "| real Kafka ÷ mock, broker cores while outbox-relay drains (wal2json) | | $(fmt %.2f "$(q drain relay_broker_cores)")× ($(fmt %.2f "$(TSUF=@real med drain relay_broker_cores)") / $(fmt %.2f "$(med drain relay_broker_cores)")) | |"
+    fi
+    if has_phase steady; then
+        for s in 1k 5k max; do
+            case $s in 1k) label="1,000 events/s" ;; 5k) label="5,000 events/s" ;; max) label="unthrottled" ;; esac
+            echo "| real Kafka ÷ mock, steady $label: commit→delivery p50 / p99; broker ack mean; relayer CPU per event; delivered events/s | | $(fmt %.2f "$(q "steady_$s" hist_p50_ms)")× / $(fmt %.2f "$(q "steady_$s" hist_p99_ms)")×; $(fmt %.2f "$(q "steady_$s" ack_mean_ms)")×; $(fmt %.2f "$(q "steady_$s" cpu_us_per_event)")×; $(fmt %.2f "$(q "steady_$s" delivered_per_s)")× | |"
+        done
+    fi
+}
+
 describe() {
     local rev
     rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "?")
@@ -1350,10 +1589,18 @@ describe() {
          "$(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r);" \
          "$("$PG_BIN/postgres" --version | sed 's/^postgres (PostgreSQL) /PostgreSQL /')," \
          "wal2json $(dpkg-query -W -f '${Version}' postgresql-15-wal2json 2>/dev/null)," \
-         "librdkafka $(pkg-config --modversion rdkafka); PostgreSQL, broker (build/mock-broker, 1 broker," \
-         "4 partitions per topic), relayers, consumer and pgbench ($CLIENTS clients) all on this machine." \
+         "librdkafka $(pkg-config --modversion rdkafka); PostgreSQL, broker ($(broker_words))," \
+         "relayers, consumer and pgbench ($CLIENTS clients) all on this machine." \
          "Load average (1/5/15 min) before: $LOAD_BEFORE, after: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
+}
+broker_words() {
+    local real="a real Apache Kafka $KAFKA_VERSION (one KRaft node, broker and controller in one JVM, replication factor 1, tests/integration/kafka_cluster.py's settings), 4 partitions per topic"
+    case $KAFKA_MODE in
+    mock) echo "build/mock-broker, 1 broker, 4 partitions per topic" ;;
+    real) echo "$real" ;;
+    both) echo "build/mock-broker (1 broker, 4 partitions per topic) and $real: drain and steady on each, the other phases on the mock only" ;;
+    esac
 }
 
 echo
