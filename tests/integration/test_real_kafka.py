@@ -214,6 +214,15 @@ def high_watermarks(bootstrap, topic, timeout=30):
     return wait_until(ask, timeout, interval=0.5, message="the high watermarks of %s" % topic)
 
 
+def wait_grown(cluster, topic, r, above, message, timeout=60):
+    """Waits until the topic holds more than `above` records in all,
+    failing as soon as the relayer exits."""
+    def grown():
+        assert r.running(), "relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail())
+        return sum(high_watermarks(cluster.bootstrap, topic).values()) > above
+    wait_until(grown, timeout, interval=0.5, message=message)
+
+
 # --------------------------------------------------------------------------
 # the core claim
 # --------------------------------------------------------------------------
@@ -297,10 +306,7 @@ def test_sigkill_of_the_busiest_partitions_leader(own_kafka_cluster, pg, relayer
     at_election = sum(high_watermarks(cluster.bootstrap, topic).values())
     keep_running(r, 5)
 
-    def grown():
-        assert r.running(), "relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail())
-        return sum(high_watermarks(cluster.bootstrap, topic).values()) > at_election
-    wait_until(grown, 60, interval=0.5, message="records after the new leaders took over")
+    wait_grown(cluster, topic, r, at_election, "records after the new leaders took over")
 
     # The broker comes back (as a service manager would) while the
     # producers go on, and rejoins the ISR.
@@ -392,11 +398,7 @@ def test_rolling_restart_of_every_broker(own_kafka_cluster, pg, relayer, unique_
 
         # With min.insync.replicas=2 of 3 one broker down takes nothing
         # away: records go on arriving while it is down.
-        def grown():
-            assert r.running(), "relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail())
-            return sum(high_watermarks(cluster.bootstrap, topic).values()) > at_stop
-        wait_until(grown, 60, interval=0.5,
-                   message="records while broker %d is down" % b)
+        wait_grown(cluster, topic, r, at_stop, "records while broker %d is down" % b)
         cluster.start(b)
         for p in range(3):
             cluster.wait_isr(topic, p, 3, timeout=90)
