@@ -415,6 +415,8 @@ static int reap(struct maint *mt)
      * failing. */
     if (rc == REAPER_OK || res.batches > 0)
         metrics_reaped(mt->m, res.rows, res.batches, res.seconds);
+    if (res.progress_ended) /* after the rows are counted (reaper.h) */
+        metrics_set_progress(mt->m, METRICS_WORK_REAPER, &res.progress, false);
     if (res.rows > 0 || res.partitions > 0 || mt->once)
         log_info("reaper: deleted %llu rows in %llu batches, dropped %llu partitions of %s.%s "
                  "in %.2f s", (unsigned long long) res.rows, (unsigned long long) res.batches,

@@ -97,8 +97,9 @@ void reap_progress_begin(struct reap *r, const char *table)
     reap_progress_note(r);
 }
 
-/* The deleting ended (or stopped): the final line if any was said, the
- * gauges marked ended. */
+/* The deleting ended (or stopped): the final line if any was said; the
+ * final progress is handed to the caller (reaper_result.progress), which
+ * marks the gauges ended once it has counted the rows. */
 void reap_progress_end(struct reap *r)
 {
     char line[512];
@@ -107,7 +108,8 @@ void reap_progress_end(struct reap *r)
     progress_update(&r->prog, r->res->rows, mono_now());
     if (progress_reported(&r->prog))
         log_info("%s", progress_final_line(&r->prog, line, sizeof line));
-    metrics_set_progress(r->o->metrics, METRICS_WORK_REAPER, &r->prog, false);
+    r->res->progress = r->prog;
+    r->res->progress_ended = true;
     r->counting = false;
 }
 

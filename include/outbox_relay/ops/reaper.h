@@ -62,6 +62,7 @@
 #include <stdint.h>
 
 #include "outbox_relay/base/lsn.h"
+#include "outbox_relay/core/progress.h"
 
 struct metrics;
 
@@ -129,6 +130,12 @@ struct reaper_result {
      * reason is in marks_err. */
     bool marks_off;
     char marks_err[256];
+    /* The deleting's progress, once it ended (progress_ended): the caller
+     * marks the run's gauges ended after it has counted the rows
+     * (metrics_reaped), so that no scrape sees a run ended whose rows the
+     * deleted-rows counter does not hold yet. */
+    bool progress_ended;
+    struct progress progress;
 };
 
 /* False when retention turns the reaper off ("0", "", "0 days", ...
