@@ -84,14 +84,13 @@ struct relay {
                                without progress since; 0 = none */
     /* A batch refused for one record (kafka_err_batch_refusal): events are
      * produced one at a time until the confirmed position passes
-     * isolate_until (0: not isolating). An event is alone when it was
-     * produced with nothing else in flight and nothing was produced after
-     * it (tokens are per transaction, so the event id tells). */
+     * isolate_until (0: not isolating; relay_isolating). A failed report
+     * with nothing else in flight (sink_inflight 0 once it is counted out)
+     * is its batch's only record: its refusal is its own. */
     lsn_t isolate_until;
-    char alone_id[OUTBOX_EVENT_ID_MAX];
-    lsn_t alone_lsn; /* its own position, for messages: its transaction may
-                        still be open when it is judged */
-    bool alone_valid;
+    lsn_t last_produced_lsn; /* of the last event the sink took: while
+                                isolating, the one being judged (its
+                                transaction may still be open) */
     bool fatal;
     char errstr[RELAY_ERRLEN];
 };
@@ -100,6 +99,8 @@ struct relay {
 void relay_set_fatal(struct relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether to read more WAL (dispatch_window_open over the sink's counts). */
 bool relay_window_open(const struct relay *r);
+/* Whether events are being produced one at a time (isolate_until). */
+bool relay_isolating(const struct relay *r);
 /* Sends a status update now (write and flush from the trackers) and
  * notes when; 0, or a negative enum stream_rc (stream_errstr says why). */
 int relay_send_status(struct relay *r, double now, bool reply_requested);

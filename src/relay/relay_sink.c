@@ -168,7 +168,9 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     bool backfill = is_backfill(token);
     struct tracker *t = backfill ? r->bf_tracker : r->tracker;
     uint64_t tt = backfill ? token & ~BACKFILL_TOKEN : token;
-    bool alone = rep->err != 0 && r->alone_valid && strcmp(rep->event_id, r->alone_id) == 0;
+    /* Nothing else in flight: a batch-mate would still be (all of a
+     * batch's reports are served one after the other). */
+    bool alone = rep->err != 0 && sink_inflight(r->sink) == 0;
     struct report_facts f = {
         .delivered = rep->err == 0,
         .backfill = backfill,
@@ -190,7 +192,9 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
     r->stats.delivery_errors++;
     if (r->metrics)
         metrics_delivery_error(r->metrics);
-    lsn_t lsn = v == REPORT_STALE ? 0 : alone && !backfill ? r->alone_lsn : report_lsn(r, token);
+    lsn_t lsn = v == REPORT_STALE                         ? 0
+                : alone && !backfill && relay_isolating(r) ? r->last_produced_lsn
+                                                           : report_lsn(r, token);
     switch (v) {
     case REPORT_ACK:
     case REPORT_SKIP: /* produced again after the rewind, and judged then */
@@ -271,12 +275,7 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
         }
     }
     if (rc == SINK_OK) {
-        /* Alone: nothing else in flight with it, until the next produce. */
-        r->alone_valid = sink_inflight(r->sink) == 1;
-        if (r->alone_valid) {
-            snprintf(r->alone_id, sizeof r->alone_id, "%s", ev->event_id);
-            r->alone_lsn = ev->lsn;
-        }
+        r->last_produced_lsn = ev->lsn;
         r->stats.events_produced++;
         if (r->metrics)
             metrics_event_produced(r->metrics, sink_last_topic(r->sink));

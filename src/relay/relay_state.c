@@ -33,12 +33,16 @@ void relay_set_fatal(struct relay *r, const char *fmt, ...)
     r->fatal = true;
 }
 
+bool relay_isolating(const struct relay *r)
+{
+    return r->isolate_until != 0 && tracker_confirmed(r->tracker) <= r->isolate_until;
+}
+
 bool relay_window_open(const struct relay *r)
 {
-    bool isolating = r->isolate_until != 0 && tracker_confirmed(r->tracker) <= r->isolate_until;
     struct dispatch_window w = {.inflight = sink_inflight(r->sink),
                                 .inflight_bytes = sink_inflight_bytes(r->sink),
-                                .max_inflight = isolating ? 1 : r->cfg->max_inflight,
+                                .max_inflight = relay_isolating(r) ? 1 : r->cfg->max_inflight,
                                 .max_inflight_bytes = r->cfg->max_inflight_bytes,
                                 .rewinding = r->rewind};
     return dispatch_window_open(&w);
