@@ -57,16 +57,23 @@ java_major() {
     java -XshowSettings:properties -version 2>&1 |
         sed -n 's/^ *java.specification.version = \([0-9]*\).*/\1/p'
 }
+# A JDK, not only a JRE: the tests run tests/tools/KafkaAcl.java with
+# Java's source launcher, which needs the jdk.compiler module.
+has_compiler() {
+    local modules
+    modules=$(java --list-modules 2>/dev/null) || return 1
+    grep -q '^jdk\.compiler@' <<<"$modules"
+}
 if ! command -v java >/dev/null || ! command -v mvn >/dev/null ||
-        [ "$(java_major || echo 0)" -lt 17 ]; then
+        [ "$(java_major || echo 0)" -lt 17 ] || ! has_compiler; then
     if [ -z "${OUTBOX_SKIP_APT:-}" ] && [ "$(id -u)" -eq 0 ]; then
-        echo "kafka.sh: installing default-jre-headless maven" >&2
+        echo "kafka.sh: installing default-jdk-headless maven" >&2
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -q >&2 || true
-        apt-get install -y -q --no-install-recommends default-jre-headless maven >&2
+        apt-get install -y -q --no-install-recommends default-jdk-headless maven >&2
     fi
-    command -v java >/dev/null && command -v mvn >/dev/null ||
-        die "java and mvn are needed: apt-get install default-jre-headless maven"
+    command -v java >/dev/null && command -v mvn >/dev/null && has_compiler ||
+        die "a JDK and mvn are needed: apt-get install default-jdk-headless maven"
     [ "$(java_major || echo 0)" -ge 17 ] || die "Kafka $version needs Java 17 or later"
 fi
 
