@@ -1,7 +1,8 @@
 """deploy_helpers.py — what the test_deploy_*.py suites share: the paths
 of docker/, the options and librdkafka properties the binaries accept,
-compose files loaded with compose's own interpolation rules, and
-Dockerfiles parsed into stages.
+compose files loaded with compose's own interpolation rules, the compose
+Kafka's image version, broker settings and topics as the tests start them,
+and Dockerfiles parsed into stages.
 """
 
 import glob
@@ -24,6 +25,7 @@ PG_DOCKERFILE = os.path.join(DOCKER, "postgres", "Dockerfile")
 UNIT = os.path.join(DOCKER, "outbox-relay.service")
 EXAMPLE_CONF = os.path.join(DOCKER, "outbox-relay.conf.example")
 HEALTHCHECK = os.path.join(DOCKER, "healthcheck.sh")
+KAFKA_SH = os.path.join(REPO, "tests", "tools", "kafka.sh")
 DEPLOY_DOC = os.path.join(REPO, "docs", "deploy.md")
 RUNTIME_PACKAGES = {"libpq5", "librdkafka1", "libmicrohttpd12"}
 
@@ -219,10 +221,109 @@ def dsn_params(dsn):
 
 def compose_topics(services):
     """Topics the kafka-topics one-shot creates."""
+    return [name for name, _, _ in compose_topic_specs(services)]
+
+
+def compose_topic_specs(services):
+    """[(topic, partitions, replication factor)] as the kafka-topics one-shot
+    creates them: its `for t in A B; do kafka-topics.sh --create ...
+    --topic "$t" --partitions N --replication-factor M` loop, the flags read
+    from its one kafka-topics.sh call."""
     cmd = " ".join(str(c) for c in (services["kafka-topics"].get("command") or []))
     m = re.search(r"for t in ([^;]+);", cmd)
     assert m, cmd
-    return m.group(1).split()
+    calls = re.findall(r"kafka-topics\.sh\s((?:[^\n\\]|\\\n)*)", cmd)
+    assert len(calls) == 1, "expected one kafka-topics.sh call in: %s" % cmd
+    argv = shlex.split(calls[0].replace("\\\n", " "))
+    assert "--create" in argv, argv
+
+    def flag(name):
+        assert argv.count(name) == 1, "%s not given once: %s" % (name, argv)
+        return int(argv[argv.index(name) + 1])
+    partitions, rf = flag("--partitions"), flag("--replication-factor")
+    return [(t, partitions, rf) for t in m.group(1).split()]
+
+
+# --------------------------------------------------------------------------
+# the compose Kafka as the tests run it
+# --------------------------------------------------------------------------
+
+def kafka_sh_default_version():
+    """The Kafka version tests/tools/kafka.sh resolves when
+    $OUTBOX_KAFKA_VERSION is unset: the one the real-Kafka tests prove."""
+    with open(KAFKA_SH) as f:
+        m = re.search(r"^version=\$\{OUTBOX_KAFKA_VERSION:-([0-9][0-9A-Za-z.-]*)\}$", f.read(), re.M)
+    assert m, "no version=${OUTBOX_KAFKA_VERSION:-...} line in %s" % KAFKA_SH
+    return m.group(1)
+
+
+def compose_kafka_images(services):
+    """{service: image version} of every service running apache/kafka."""
+    out = {}
+    for name, svc in services.items():
+        image = str(svc.get("image") or "")
+        repo, _, tag = image.partition(":")
+        if repo in ("apache/kafka", "docker.io/apache/kafka"):
+            out[name] = tag or "latest"
+    return out
+
+
+# Variables the apache/kafka image's launcher reads itself (the image's
+# kafka-propertiesSpec.json "excludes", which spells KAFKA_HEAP_OPTS
+# without its S; both here): not broker properties.
+KAFKA_IMAGE_NOT_PROPERTIES = {
+    "KAFKA_VERSION", "KAFKA_HEAP_OPT", "KAFKA_HEAP_OPTS", "KAFKA_LOG4J_OPTS", "KAFKA_OPTS",
+    "KAFKA_JMX_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_GC_LOG_OPTS",
+    "KAFKA_LOG4J_ROOT_LOGLEVEL", "KAFKA_LOG4J_LOGGERS", "KAFKA_TOOLS_LOG4J_LOGLEVEL"}
+
+# server.properties entries KafkaCluster (kafka_cluster.py) writes itself,
+# because they name this machine's node, ports and directories: the node's
+# identity (node.id, process.roles), its listeners (listeners,
+# advertised.listeners, listener.security.protocol.map,
+# inter.broker.listener.name, controller.listener.names), the quorum
+# (controller.quorum.voters; CLUSTER_ID, no KAFKA_ variable, is the
+# harness's own at format time) and log.dirs. Everything else of the
+# compose kafka service goes to the test's broker unchanged.
+HARNESS_KAFKA_PROPERTIES = {
+    "node.id", "process.roles", "controller.quorum.voters", "controller.listener.names",
+    "listeners", "advertised.listeners", "listener.security.protocol.map",
+    "inter.broker.listener.name", "log.dirs"}
+
+
+def kafka_image_property(var):
+    """The apache/kafka image's name rule (its utility's ConvertKey) for a
+    KAFKA_ variable: the prefix dropped, a single '_' between two other
+    characters becomes '.', '___' '-', '__' '_', all lower case
+    (KAFKA_AUTO_CREATE_TOPICS_ENABLE -> auto.create.topics.enable)."""
+    assert var.startswith("KAFKA_"), var
+    key = re.sub(r"[^_]_[^_]", lambda m: m.group(0).replace("_", "."), var[len("KAFKA_"):])
+    return key.replace("___", "-").replace("__", "_").lower()
+
+
+def kafka_image_properties(env):
+    """{property: value} the apache/kafka image writes to server.properties
+    for a container environment: every KAFKA_ variable but the launcher's.
+    The image splits each NAME=value at '=' and drops an entry with a
+    second '=' silently; such a value is an error here."""
+    props = {}
+    for var, value in env.items():
+        if not var.startswith("KAFKA_") or var in KAFKA_IMAGE_NOT_PROPERTIES:
+            continue
+        assert "=" not in str(value), \
+            "%s: the apache/kafka image drops a value containing '=' without a word" % var
+        props[kafka_image_property(var)] = str(value)
+    return props
+
+
+def compose_broker_settings(services):
+    """(settings, skipped): the compose kafka service's server.properties
+    (kafka_image_properties), split into what a test broker gets as
+    KafkaCluster(broker_settings=settings) and the entries KafkaCluster
+    sets for 127.0.0.1 itself (HARNESS_KAFKA_PROPERTIES)."""
+    props = kafka_image_properties(services["kafka"]["environment"])
+    settings = {k: v for k, v in props.items() if k not in HARNESS_KAFKA_PROPERTIES}
+    skipped = {k: v for k, v in props.items() if k in HARNESS_KAFKA_PROPERTIES}
+    return settings, skipped
 
 
 # --------------------------------------------------------------------------

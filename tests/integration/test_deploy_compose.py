@@ -12,6 +12,17 @@ together.
   test_compose_wiring                    DSN hosts, broker addresses, topics,
                                          passwords and ports agree across services
   test_compose_interpolation_rules       compose's $ syntax, as interpolate() reads it
+  test_compose_kafka_is_the_tested_version
+                                         the apache/kafka image of the kafka and
+                                         kafka-topics services is the version
+                                         tests/tools/kafka.sh resolves for the tests
+  test_compose_kafka_settings            the kafka service's KAFKA_* variables read
+                                         with the image's name rule; the ones the
+                                         test broker does not take are only its
+                                         identity, listeners, quorum and log dir;
+                                         auto-creation off, the one-shot's topics
+                                         fit one node (test_deploy_stack.py runs a
+                                         real broker with these settings)
 
 What CI can check of docker/ without a Docker engine (the other parts:
 test_deploy_*.py; shared helpers: deploy_helpers.py).
@@ -22,8 +33,10 @@ import re
 
 import pytest
 
-from deploy_helpers import (check_env_names, compose_topics, dsn_params, help_options, interpolate,
-                            load_compose)
+from deploy_helpers import (HARNESS_KAFKA_PROPERTIES, check_env_names, compose_broker_settings,
+                            compose_kafka_images, compose_topic_specs, compose_topics, dsn_params,
+                            help_options, interpolate, kafka_image_properties,
+                            kafka_image_property, kafka_sh_default_version, load_compose)
 
 
 def test_compose_file_parses():
@@ -168,3 +181,48 @@ def test_compose_wiring():
     grace = str(s["relayer"].get("stop_grace_period", "10s"))
     m = re.fullmatch(r"(\d+)s", grace) or re.fullmatch(r"(\d+)m(\d+)?s?", grace)
     assert m and int(m.group(1)) > 30, grace
+
+
+def test_compose_kafka_is_the_tested_version():
+    """The demo runs the Kafka the tests prove: every apache/kafka service
+    of compose.yaml has kafka.sh's default version as its tag (the image
+    is published per release under its version)."""
+    model, how = load_compose()
+    images = compose_kafka_images(model["services"])
+    assert set(images) == {"kafka", "kafka-topics"}, images
+    want = kafka_sh_default_version()
+    wrong = {svc: tag for svc, tag in images.items() if tag != want}
+    assert not wrong, ("docker/compose.yaml runs apache/kafka %s, the tests prove %s "
+                       "(tests/tools/kafka.sh): use apache/kafka:%s" % (wrong, want, want))
+
+
+def test_compose_kafka_settings():
+    """The kafka service's server.properties as the apache/kafka image
+    writes them from KAFKA_* (KAFKA_FOO_BAR -> foo.bar, '__' -> '_',
+    '___' -> '-'); what test_deploy_stack.py leaves to KafkaCluster is
+    only what names the container's node, ports and directory."""
+    assert kafka_image_property("KAFKA_AUTO_CREATE_TOPICS_ENABLE") == "auto.create.topics.enable"
+    assert kafka_image_property("KAFKA_LISTENER_NAME_SASL__SSL_FOO") == "listener.name.sasl_ssl.foo"
+    assert kafka_image_property("KAFKA_SASL_MECHANISM___X") == "sasl.mechanism-x"
+    assert kafka_image_properties({"KAFKA_HEAP_OPTS": "-Xmx1g", "KAFKA_OPTS": "-Dx",
+                                   "KAFKA_NUM_PARTITIONS": "3", "CLUSTER_ID": "c"}) \
+        == {"num.partitions": "3"}
+    with pytest.raises(AssertionError):
+        kafka_image_properties({"KAFKA_SASL_JAAS_CONFIG": "a=b"})
+
+    model, how = load_compose()
+    s = model["services"]
+    settings, skipped = compose_broker_settings(s)
+    assert set(skipped) <= HARNESS_KAFKA_PROPERTIES, skipped
+    # The node the compose file describes is the kind the test starts.
+    assert skipped["process.roles"].replace(" ", "") in ("broker,controller", "controller,broker")
+    assert settings.get("auto.create.topics.enable") == "false", settings
+    # One node holds one replica: the topics and Kafka's internal ones
+    # (which default to 3) must ask for no more.
+    for name, partitions, rf in compose_topic_specs(s):
+        assert partitions >= 1 and rf == 1, (name, partitions, rf)
+    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                "transaction.state.log.min.isr",
+                "share.coordinator.state.topic.replication.factor",
+                "share.coordinator.state.topic.min.isr"):
+        assert settings.get(key) == "1", (key, settings.get(key))
