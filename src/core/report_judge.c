@@ -17,10 +17,13 @@ enum report_verdict report_judge(const struct report_facts *f)
     if (f->waits)
         return f->backfill ? REPORT_BACKFILL_RETRY : REPORT_REWIND;
     /* A broker refuses a whole batch for one record's size: before any
-     * event of it is judged poison, each is produced alone. (A backfill
-     * row keeps today's verdicts: its run would batch it again.) */
-    if (f->poison && f->shared && !f->backfill && !f->to_dead_letter_topic)
+     * event of it is judged poison, each is produced alone (a backfill row
+     * by the run resumed one row at a time). */
+    if (f->poison && f->shared && !f->to_dead_letter_topic) {
+        if (f->backfill)
+            return REPORT_BACKFILL_ISOLATE;
         return f->rewinding ? REPORT_SKIP : REPORT_ISOLATE;
+    }
     switch (deadletter_judge(f->dead_letter_policy, f->poison, f->rewinding,
                              f->to_dead_letter_topic)) {
     case DEADLETTER_SKIP:
@@ -52,6 +55,8 @@ const char *report_verdict_name(enum report_verdict v)
         return "halt";
     case REPORT_ISOLATE:
         return "isolate";
+    case REPORT_BACKFILL_ISOLATE:
+        return "backfill-isolate";
     }
     return "?";
 }

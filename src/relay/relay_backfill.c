@@ -9,6 +9,7 @@
  * of them are.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "relay_internal.h"
 
@@ -34,6 +35,9 @@ static int backfill_emit(void *ctx, const struct outbox_event *ev, uint64_t n)
                         ev->event_id);
         return -1;
     }
+    if (r->bf_isolating && r->bf_isolate_row == 0 && strcmp(ev->event_id, r->bf_isolate_id) == 0)
+        r->bf_isolate_row = r->bf_base + n; /* alone up to this one */
+    snprintf(r->bf_last_id, sizeof r->bf_last_id, "%s", ev->event_id);
     relay_produce(r, ev, token | BACKFILL_TOKEN);
     return r->fatal ? -1 : 0;
 }
@@ -68,11 +72,14 @@ static int run_backfill(struct relay *r, const char *snapshot, lsn_t consistent)
     r->bf_base = tracker_confirmed(r->bf_tracker) + ((uint64_t) 1 << 32);
     tracker_reset(r->bf_tracker, r->bf_base);
     r->bf_retry = false;
+    r->bf_isolate_row = 0;
     struct backfill_sink sink = {.emit = backfill_emit, .acked = backfill_acked,
                                  .serve = backfill_serve, .progress = backfill_progress,
                                  .ctx = r};
     uint64_t rows = 0;
     int rc = backfill_run(r->backfill, snapshot, consistent, &sink, &rows);
+    if (rc == BACKFILL_OK)
+        r->bf_isolating = false;
     if (rc == BACKFILL_OK)
         log_info("slot=%s: backfill: %llu rows published and delivered; streaming from the "
                  "slot's consistent point", r->cfg->slot, (unsigned long long) rows);

@@ -29,6 +29,7 @@
 #include "outbox_relay/kafka/deadletter.h"
 #include "outbox_relay/kafka/kafka_errors.h"
 #include "outbox_relay/core/liveness.h"
+#include "outbox_relay/decode/outbox_event.h"
 #include "outbox_relay/relay/relay.h"
 
 #define RELAY_ERRLEN 2048
@@ -63,6 +64,17 @@ struct relay {
     uint64_t bf_base;
     bool bf_at_creation; /* the slot was created with a finished backfill */
     bool bf_retry;       /* a backfilled row failed retriably: this run stops, resumed later */
+    /* A backfill batch refused for one record (REPORT_BACKFILL_ISOLATE):
+     * the runs after it produce one row at a time until the row bf_isolate_id
+     * (the last one produced when the refusal came; every row of the refused
+     * batch is at or before it) is acknowledged, that is until bf_tracker
+     * confirms bf_isolate_row, the row number it got in the current run (0:
+     * not produced yet in it). A finished backfill ends it (an id too long
+     * for the buffer never matches: isolation then lasts the run). */
+    bool bf_isolating;
+    char bf_isolate_id[OUTBOX_EVENT_ID_MAX];
+    uint64_t bf_isolate_row;
+    char bf_last_id[OUTBOX_EVENT_ID_MAX]; /* of the last row produced */
     struct relay_stats stats;
     struct metrics *metrics; /* borrowed, may be NULL */
     lsn_t sent_flush;   /* flush position in our last status update */
@@ -101,6 +113,8 @@ void relay_set_fatal(struct relay *r, const char *fmt, ...) __attribute__((forma
 bool relay_window_open(const struct relay *r);
 /* Whether events are being produced one at a time (isolate_until). */
 bool relay_isolating(const struct relay *r);
+/* Whether backfill rows are being produced one at a time (bf_isolating). */
+bool relay_bf_isolating(const struct relay *r);
 /* Sends a status update now (write and flush from the trackers) and
  * notes when; 0, or a negative enum stream_rc (stream_errstr says why). */
 int relay_send_status(struct relay *r, double now, bool reply_requested);

@@ -178,7 +178,11 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
         .waits = kafka_err_waits(rep->cls),
         .poison = rep->poison,
         .dead_letter_policy = r->cfg->on_poison == POISON_DEAD_LETTER,
-        .rewinding = r->rewind,
+        /* A backfill run that is stopping sends its unacknowledged rows
+         * again when resumed, as a rewind does the streamed events (the
+         * last report of a refused batch comes alone, and must not be
+         * judged on its own refusal). */
+        .rewinding = r->rewind || (backfill && r->bf_retry),
         .to_dead_letter_topic = r->cfg->dead_letter_topic != NULL &&
                                 strcmp(rep->topic, r->cfg->dead_letter_topic) == 0,
         .shared = kafka_err_batch_refusal(rep->err) && !alone,
@@ -218,6 +222,21 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
                        "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
                        ": %s (%s)", rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn),
                        rep->errstr, kafka_err_class_name(rep->cls));
+        return;
+    case REPORT_BACKFILL_ISOLATE:
+        /* Every report of the refused batch comes here; the first one of
+         * the run (bf_retry still clear) names the row to isolate up to. */
+        if (!r->bf_retry) {
+            r->bf_isolating = true;
+            r->bf_isolate_row = 0;
+            snprintf(r->bf_isolate_id, sizeof r->bf_isolate_id, "%s", r->bf_last_id);
+            log_warn("slot=%s: backfill: delivery failed for event_id=%s topic=%s: %s, with "
+                     "other rows in the same request: a broker refuses the whole batch for one "
+                     "record's size, so this row may be innocent; the backfill is resumed from "
+                     "its last acknowledged rows, one row at a time up to id=%s", r->cfg->slot,
+                     rep->event_id, rep->topic, rep->errstr, r->bf_isolate_id);
+        }
+        r->bf_retry = true;
         return;
     case REPORT_ISOLATE:
         if (lsn > r->isolate_until)
@@ -309,6 +328,7 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
         break;
     case REPORT_ACK:
     case REPORT_STALE:   /* neither comes of a refusal */
+    case REPORT_BACKFILL_ISOLATE:
     case REPORT_ISOLATE: /* a refused produce is this message's own (not shared) */
     case REPORT_HALT:
         break;

@@ -38,11 +38,18 @@ bool relay_isolating(const struct relay *r)
     return r->isolate_until != 0 && tracker_confirmed(r->tracker) <= r->isolate_until;
 }
 
+bool relay_bf_isolating(const struct relay *r)
+{
+    return r->bf_isolating &&
+           (r->bf_isolate_row == 0 || tracker_confirmed(r->bf_tracker) < r->bf_isolate_row);
+}
+
 bool relay_window_open(const struct relay *r)
 {
+    bool one = relay_isolating(r) || relay_bf_isolating(r);
     struct dispatch_window w = {.inflight = sink_inflight(r->sink),
                                 .inflight_bytes = sink_inflight_bytes(r->sink),
-                                .max_inflight = relay_isolating(r) ? 1 : r->cfg->max_inflight,
+                                .max_inflight = one ? 1 : r->cfg->max_inflight,
                                 .max_inflight_bytes = r->cfg->max_inflight_bytes,
                                 .rewinding = r->rewind};
     return dispatch_window_open(&w);

@@ -57,8 +57,9 @@ static void test_each_verdict(void)
 
     /* A refusal its batch shared: the event is produced again alone before
      * it is judged, under either policy; not while a rewind is pending
-     * (that rewind produces it again), not a backfill row, not a dead
-     * letter. */
+     * (that rewind produces it again), not a dead letter; a backfill row by
+     * its run, resumed one row at a time (even in a rewind, which streams
+     * only after the backfill). */
     f = failed();
     f.poison = true;
     f.shared = true;
@@ -69,7 +70,14 @@ static void test_each_verdict(void)
     CHECK_EQ_INT(report_judge(&f), REPORT_SKIP);
     f.rewinding = false;
     f.backfill = true;
+    CHECK_EQ_INT(report_judge(&f), REPORT_BACKFILL_ISOLATE);
+    f.dead_letter_policy = false;
+    CHECK_EQ_INT(report_judge(&f), REPORT_BACKFILL_ISOLATE);
+    f.shared = false; /* alone in its request: its own refusal */
+    CHECK_EQ_INT(report_judge(&f), REPORT_HALT);
+    f.dead_letter_policy = true;
     CHECK_EQ_INT(report_judge(&f), REPORT_DEAD_LETTER);
+    f.shared = true;
     f.backfill = false;
     f.to_dead_letter_topic = true;
     CHECK_EQ_INT(report_judge(&f), REPORT_HALT);
@@ -79,6 +87,7 @@ static void test_each_verdict(void)
     CHECK_EQ_INT(report_judge(&f), REPORT_REWIND);
 
     CHECK(strcmp(report_verdict_name(REPORT_ISOLATE), "isolate") == 0);
+    CHECK(strcmp(report_verdict_name(REPORT_BACKFILL_ISOLATE), "backfill-isolate") == 0);
     CHECK(strcmp(report_verdict_name(REPORT_BACKFILL_RETRY), "backfill-retry") == 0);
     CHECK(strcmp(report_verdict_name(REPORT_HALT), "halt") == 0);
 }
@@ -108,9 +117,11 @@ static void test_rules_over_every_combination(void)
         if (f.waits)
             CHECK(v == (f.backfill ? REPORT_BACKFILL_RETRY : REPORT_REWIND));
         CHECK(v != REPORT_DEAD_LETTER || (f.poison && f.dead_letter_policy && !f.rewinding &&
-                                          !f.to_dead_letter_topic && (!f.shared || f.backfill)));
+                                          !f.to_dead_letter_topic && !f.shared));
         CHECK((v == REPORT_ISOLATE) == (!f.waits && f.poison && f.shared && !f.backfill &&
                                         !f.to_dead_letter_topic && !f.rewinding));
+        CHECK((v == REPORT_BACKFILL_ISOLATE) == (!f.waits && f.poison && f.shared &&
+                                                 f.backfill && !f.to_dead_letter_topic));
         CHECK(v != REPORT_SKIP || (f.poison && f.rewinding));
         if (!f.waits && !f.poison)
             CHECK(v == REPORT_HALT);

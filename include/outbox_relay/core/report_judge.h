@@ -25,7 +25,8 @@ struct report_facts {
     bool waits;              /* the error is waited out (kafka_err_waits) */
     bool poison;             /* the event itself can never be produced */
     bool dead_letter_policy; /* --on-poison dead-letter */
-    bool rewinding;          /* a rewind is pending */
+    bool rewinding;          /* a rewind is pending (for a backfill row: its run is
+                                stopping, to be resumed) */
     bool to_dead_letter_topic; /* the failed record was a dead letter */
     bool shared;             /* the refusal may be its batch's, not the event's
                                 (kafka_err_batch_refusal, and other events were
@@ -44,9 +45,12 @@ enum report_verdict {
                               produced again after it, and judged then */
     REPORT_DEAD_LETTER,    /* send it to the dead-letter topic */
     REPORT_HALT,           /* stop the relay: nothing after it is confirmed */
-    REPORT_ISOLATE         /* a streamed event refused with its batch: produce
+    REPORT_ISOLATE,        /* a streamed event refused with its batch: produce
                               everything unconfirmed again one at a time, up to
                               it, so that each is judged by its own refusal */
+    REPORT_BACKFILL_ISOLATE /* a backfill row refused with its batch: stop the
+                              run and resume it producing one row at a time up
+                              to the last row produced, for the same reason */
 };
 
 /* The verdict for f (pure; f must not be NULL). */
