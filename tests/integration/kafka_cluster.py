@@ -424,8 +424,11 @@ class KafkaCluster(_TopicOps):
             })
             if self.sasl_users:
                 props.update(self._sasl_props(node, listeners))
-            if node.port is not None:
-                props.update(self.broker_settings)
+            # The controllers too: Kafka 4's controller (KIP-966) records
+            # min.insync.replicas from its own server.properties as the
+            # cluster-wide dynamic default, which wins over every broker's
+            # static value (a broker-only setting left topics at 1).
+            props.update(self.broker_settings)
             node.write_config(props)
 
     def _certificates(self):
@@ -577,6 +580,20 @@ class KafkaCluster(_TopicOps):
 # serve: one cluster for a whole test run (tests/run.sh)
 # --------------------------------------------------------------------------
 
+def shared_settings(nodes):
+    """server.properties of the cluster every test shares (serve, and
+    kafka_fixtures when no tests/run.sh started one): the suites moved from
+    the mock (real_broker.py) find what they were written for, 4 partitions
+    to an auto-created topic, and what users are told to run, RF 3 with
+    min.insync.replicas 2 so that acks=all survives one broker's loss.
+    Their consumers' session.timeout.ms (4 s) is below Kafka's default
+    floor (6 s), which the broker would refuse with INVALID_SESSION_TIMEOUT."""
+    settings = {"num.partitions": 4, "group.min.session.timeout.ms": 1000}
+    if nodes >= 3:
+        settings["min.insync.replicas"] = 2
+    return settings
+
+
 def _serve(argv):
     import argparse
     ap = argparse.ArgumentParser(prog="kafka_cluster.py serve")
@@ -593,7 +610,7 @@ def _serve(argv):
     signal.signal(signal.SIGINT, on_signal)
     t0 = time.monotonic()
     try:
-        cluster = KafkaCluster(nodes=args.nodes)
+        cluster = KafkaCluster(nodes=args.nodes, broker_settings=shared_settings(args.nodes))
     except KafkaUnavailable as e:
         print(str(e), file=sys.stderr)
         return 3

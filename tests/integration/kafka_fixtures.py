@@ -38,7 +38,7 @@ import uuid
 
 import pytest
 
-from kafka_cluster import KafkaCluster, KafkaUnavailable, RemoteKafka
+from kafka_cluster import KafkaCluster, KafkaUnavailable, RemoteKafka, shared_settings
 
 
 def _unavailable(reason):
@@ -56,7 +56,7 @@ def _shared(env, nodes):
     if bootstrap:
         yield RemoteKafka(bootstrap, replication=min(3, nodes))
         return
-    yield from _own(nodes=nodes)
+    yield from _own(nodes=nodes, broker_settings=shared_settings(nodes))
 
 
 def _own(**cluster_kw):

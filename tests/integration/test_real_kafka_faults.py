@@ -25,6 +25,9 @@ does with it, is the subject.
       small ones: the broker refuses the whole batch; the relayer produces
       them again one at a time, so only the oversized one is dead-lettered
       and the 40 others arrive in order
+  test_backfill_dead_letters_only_the_oversized_row_of_a_batch
+      the same for rows published by --backfill pending: the run is
+      resumed one row at a time up to its last produced row
   test_check_on_a_misconfigured_real_cluster
       `outbox-relay check` reading the real broker's and topics' configs
       (DescribeConfigs, which the mock cluster lacks): a missing topic
@@ -254,6 +257,43 @@ def test_dead_letter_takes_only_the_oversized_event_of_a_batch(kafka_cluster, pg
     assert r.terminate(30) == 0, r.log_tail()
 
 
+def test_backfill_dead_letters_only_the_oversized_row_of_a_batch(kafka_cluster, pg, relayer,
+                                                                  unique_topic):
+    """The same for the backfill, whose rows go out in batches too: 20
+    small rows, the oversized one and 20 small ones, all of one aggregate,
+    pending before the slot exists (--backfill pending). The run stops at
+    the shared refusal and is resumed producing one row at a time up to the
+    last row it had produced; only the oversized row is dead-lettered, the
+    40 others arrive in id order and the backfill finishes."""
+    from test_backfill import marker
+    topic = small_topic(kafka_cluster, unique_topic())
+    dlq = kafka_cluster.create_topic(unique_topic("dlq"), partitions=1, rf=3, configs=MIN_ISR)
+    agg = str(uuid.uuid4())
+    rows = [("small.a", '{"i": %d}' % i) for i in range(20)] + [("big.huge", BIG_PAYLOAD)] \
+        + [("small.b", '{"i": %d}' % i) for i in range(20)]
+    ids = []
+    for typ, payload in rows:
+        ids.append(pg.scalar("INSERT INTO events_outbox (aggregate_id, type, payload) "
+                             "VALUES (%s, %s, %s) RETURNING id", (agg, typ, payload)))
+    big = ids[20]
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, "--on-poison", "dead-letter",
+              "--dead-letter-topic", dlq, "--backfill", "pending")
+    wait_until(lambda: (marker(pg) or {}).get("backfill_state") == "done", 120, interval=0.3,
+               message="the backfill to finish; log:\n%s" % r.log_tail())
+    assert r.running(), r.log_tail()
+    r.wait_for_log(r"backfill: .*with other rows in the same request", timeout=1)
+    got = ids_in(kafka_cluster.bootstrap, topic)
+    dead = ids_in(kafka_cluster.bootstrap, dlq)
+    innocent = sorted(set(dead) - {big})
+    assert not innocent, ("%d rows that fit the topic were dead-lettered with the oversized "
+                          "row %d: %s" % (len(innocent), big, innocent))
+    assert list(dead) == [big], dead
+    small = [i for i in ids if i != big]
+    assert [i for i in small if i not in got] == [], got
+    assert [got[i][0] for i in small] == sorted(got[i][0] for i in small)
+    assert r.terminate(30) == 0, r.log_tail()
+
+
 # --------------------------------------------------------------------------
 # check against the real broker's configs
 # --------------------------------------------------------------------------
@@ -302,8 +342,12 @@ def test_check_replication_on_a_real_cluster(kafka_cluster, pg_factory, relayer_
     and DescribeConfigs (min.insync.replicas) of three real brokers."""
     pg = pg_factory(settings=HEALTHY)
     insert_event(pg)
+    # The shared cluster's brokers default min.insync.replicas to 2
+    # (kafka_cluster.shared_settings): a topic without its own value gets
+    # that, read back through DescribeConfigs as the topic's.
     cases = [(3, MIN_ISR, "PASS", "survives"),
-             (3, None, "WARN", "may be on one broker only"),    # Kafka's default min ISR 1
+             (3, None, "PASS", "survives"),
+             (3, {"min.insync.replicas": 1}, "WARN", "may be on one broker only"),
              (2, MIN_ISR, "WARN", "one copy or none"),
              (1, {"min.insync.replicas": 2}, "FAIL", "every write is refused")]
     for rf, configs, status, words in cases:
@@ -313,7 +357,7 @@ def test_check_replication_on_a_real_cluster(kafka_cluster, pg_factory, relayer_
                         "--topic", topic)
         item = expect(rep, "replication", status, detail=words)
         assert "%s (replication factor %d, min.insync.replicas %d" % (
-            topic, rf, (configs or {}).get("min.insync.replicas", 1)) in item["detail"], item
+            topic, rf, (configs or {}).get("min.insync.replicas", 2)) in item["detail"], item
         expect(rep, "topics", "PASS")
         assert rep.rc == (1 if status == "FAIL" else 0), rep
         print("real kafka: %s %s" % (item["status"], item["detail"]))
