@@ -3,7 +3,10 @@
   pg_factory   start extra PostgreSQL clusters with other settings:
                pg_factory(settings={"wal_level": "replica"}, password_auth="scram-sha-256")
   pg           one fresh cluster per test (wal_level=logical, schema loaded)
-  broker       a fresh build/mock-broker per test (.bootstrap, .cmd("down"))
+  broker       a fresh build/mock-broker per test (.bootstrap, .cmd("down")); in
+               a suite marked real_kafka, the shared real cluster with the
+               test's names prefixed (real_broker.py), unless the test is
+               marked mock_kafka("why")
   relayer      factory: relayer("--dsn", pg.dsn(), "--brokers", broker.bootstrap, env={...})
                starts build/outbox-relay; returns a harness.Process
   relay_args   the usual "--dsn ... --brokers ..." pair for pg and broker
@@ -48,6 +51,7 @@ import harness_base  # noqa: E402
 # A real Apache Kafka: kafka_cluster, kafka_single, own_kafka_cluster, unique_topic.
 from kafka_fixtures import (kafka_cluster, kafka_no_autocreate, kafka_single,  # noqa: E402,F401
                             own_kafka_cluster, unique_topic)
+from real_broker import RealBroker  # noqa: E402
 
 
 def pg_majors():
@@ -175,6 +179,10 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_configure(config):
     config.addinivalue_line("markers", "plugins(*names): the output plugins a test runs with")
     config.addinivalue_line("markers", "pg_majors(*majors): the PostgreSQL majors a test runs on")
+    config.addinivalue_line("markers", "real_kafka: the suite's `broker` is the shared real "
+                            "Kafka cluster (real_broker.py)")
+    config.addinivalue_line("markers", "mock_kafka(why): this test's `broker` is the mock "
+                            "(it injects a fault only the mock can)")
     config.addinivalue_line("markers", "plugin_per_major: one plugin per newer major "
                             "(conftest.PLUGIN_ON_MAJOR), both on 15")
     # SIGTERM to pytest (a CI timeout) unwinds like Ctrl-C, so fixture
@@ -302,37 +310,77 @@ def broker_factory(tmp_path):
         b.cleanup()
 
 
+def _on_real_kafka(node):
+    """Whether this test's `broker` is the shared real cluster: its suite is
+    marked real_kafka, the test not mock_kafka, and OUTBOX_TEST_BROKER is
+    not "mock" (a machine without Java or Maven Central, on purpose)."""
+    return (node.get_closest_marker("real_kafka") is not None
+            and node.get_closest_marker("mock_kafka") is None
+            and os.environ.get("OUTBOX_TEST_BROKER", "") != "mock")
+
+
 @pytest.fixture
-def broker(broker_factory):
-    return broker_factory()
+def broker(request, broker_factory):
+    """The test's Kafka. In a suite marked real_kafka: the shared real
+    cluster (real_broker.RealBroker: 3 brokers, RF 3, min.insync.replicas
+    2, the test's topics and groups prefixed); skipped with the reason when
+    there is no real Kafka. Elsewhere, and for a test marked mock_kafka: a
+    build/mock-broker of its own (.cmd injects faults)."""
+    if not _on_real_kafka(request.node):
+        yield broker_factory()
+        return
+    b = RealBroker(request.getfixturevalue("kafka_cluster"))
+    harness_base.current_names = b.names
+    try:
+        yield b
+    finally:
+        harness_base.current_names = None
+        b.cleanup()
 
 
 class Kafka:
-    """Read-back helpers bound to one broker."""
+    """Read-back helpers bound to one broker; on the shared real cluster
+    they take and give the test's own topic names (real_broker.TopicNames)."""
 
-    def __init__(self, bootstrap):
+    def __init__(self, bootstrap, names=None):
         self.bootstrap = bootstrap
+        self.names = names
+
+    def _topic(self, topic):
+        return self.names.topic(topic) if self.names else topic
+
+    def _local(self, msgs):
+        if self.names:
+            for m in msgs:
+                m.topic = self.names.local(m.topic) or m.topic
+        return msgs
 
     def read(self, topic, expected=None, timeout=30, wait_topic=True):
-        return harness.read_messages(self.bootstrap, topic, expected=expected, timeout=timeout,
-                                     wait_topic=wait_topic)
+        return self._local(harness.read_messages(self.bootstrap, self._topic(topic),
+                                                 expected=expected, timeout=timeout,
+                                                 wait_topic=wait_topic))
 
     def topics(self, timeout=10):
-        return harness.list_topics(self.bootstrap, timeout=timeout)
+        names = harness.list_topics(self.bootstrap, timeout=timeout)
+        if self.names:
+            names = [self.names.local(t) for t in names if self.names.local(t) is not None]
+        return names
 
     def partitions(self, topic, timeout=10):
-        return harness.topic_partitions(self.bootstrap, topic, timeout=timeout)
+        return harness.topic_partitions(self.bootstrap, self._topic(topic), timeout=timeout)
 
     def scan(self, topic, on_message, expected, timeout=60):
-        return harness.scan_messages(self.bootstrap, topic, on_message, expected, timeout=timeout)
+        return harness.scan_messages(self.bootstrap, self._topic(topic), on_message, expected,
+                                     timeout=timeout)
 
     def produce(self, topic, messages, timeout=30, **conf):
-        return harness.produce(self.bootstrap, topic, messages, timeout=timeout, **conf)
+        return harness.produce(self.bootstrap, self._topic(topic), messages, timeout=timeout,
+                               **conf)
 
 
 @pytest.fixture
 def kafka(broker):
-    return Kafka(broker.bootstrap)
+    return Kafka(broker.bootstrap, getattr(broker, "names", None))
 
 
 @pytest.fixture

@@ -100,12 +100,14 @@ def tuning(request):
 
 
 def committed_offsets(bootstrap, group, topic, partitions):
-    """The group's committed offsets {partition: offset} (-1001 = none)."""
+    """The group's committed offsets {partition: offset} (-1001 = none);
+    the test's names (harness.topic maps them on the shared cluster)."""
     from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": harness.topic(group),
                   "enable.auto.commit": False, "log_level": 3})
     try:
-        got = c.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        got = c.committed([TopicPartition(harness.topic(topic), p) for p in partitions],
+                          timeout=10)
         return {tp.partition: tp.offset for tp in got}
     finally:
         c.close()
@@ -116,7 +118,7 @@ def high_watermarks(bootstrap, topic, partitions):
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks", "log_level": 3})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        return {p: c.get_watermark_offsets(TopicPartition(harness.topic(topic), p), timeout=10)[1]
                 for p in partitions}
     finally:
         c.close()

@@ -35,8 +35,8 @@ pytest is interrupted.
 import harness_base
 from harness_base import (HOST_MAJOR, PG_BIN, PG_TREES, PLUGINS, REPO_ROOT,
                           _cleanup_all, _die_with_parent, _register, _run, _unregister,
-                          build_dir, free_port, int_to_lsn, lsn_to_int, plugin, tools_dir,
-                          wait_until)
+                          build_dir, free_port, int_to_lsn, local_topic, lsn_to_int, plugin,
+                          tools_dir, topic, wait_until)
 from kafka_io import (Message, _consumer_conf, list_topics, produce, read_messages,
                       scan_messages, topic_partitions)
 from pg_cluster import (BASE_SETTINGS, OUTPUT_PLUGIN_LIBRARIES, PgCluster, PgInstall,
@@ -52,7 +52,8 @@ from processes import (DEFAULT_STATUS_INTERVAL, SANITIZER_REPORT, TUNINGS, Proce
 __all__ = [
     "HOST_MAJOR", "PG_BIN", "PG_TREES", "PLUGINS", "REPO_ROOT", "_cleanup_all",
     "_die_with_parent", "_register", "_run", "_unregister", "build_dir", "free_port",
-    "int_to_lsn", "lsn_to_int", "plugin", "tools_dir", "wait_until", "Message",
+    "int_to_lsn", "local_topic", "lsn_to_int", "plugin", "tools_dir", "topic", "wait_until",
+    "Message",
     "_consumer_conf", "list_topics", "produce", "read_messages", "scan_messages",
     "topic_partitions", "BASE_SETTINGS", "OUTPUT_PLUGIN_LIBRARIES", "PgCluster", "PgInstall",
     "PgUnavailable", "Producers", "SlotHolder", "pg_install", "pg_unavailable_reason",
@@ -66,6 +67,6 @@ __all__ = [
 def __getattr__(name):
     """harness.current_plugin and harness.current_pg_major read the running
     test's state where it lives (harness_base); set it there too."""
-    if name in ("current_plugin", "current_pg_major"):
+    if name in ("current_plugin", "current_pg_major", "current_names"):
         return getattr(harness_base, name)
     raise AttributeError("module 'harness' has no attribute %r" % name)

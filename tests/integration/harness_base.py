@@ -156,6 +156,25 @@ def plugin():
     return current_plugin or "wal2json"
 
 
+# The topic and group names of the test running in this process when its
+# broker is the shared real Kafka (conftest.py's `broker`, a
+# real_broker.TopicNames); None: the test's names are the cluster's.
+current_names = None
+
+
+def topic(name):
+    """The cluster's name of the running test's topic `name` (for code that
+    reads or writes Kafka itself rather than through conftest.Kafka)."""
+    return current_names.topic(name) if current_names is not None else name
+
+
+def local_topic(name):
+    """The running test's name of the cluster's topic `name`."""
+    if current_names is None:
+        return name
+    return current_names.local(name) or name
+
+
 # The major of the test running in this process (conftest.py's pg_major
 # fixture); None: HOST_MAJOR. PgCluster(major=None) uses it.
 current_pg_major = None

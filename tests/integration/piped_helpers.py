@@ -149,6 +149,19 @@ class MockBroker(_PipedHelper):
             raise RuntimeError("mock-broker %r -> %r" % (line, answer))
         return answer
 
+    def down(self):
+        """Every broker down: connections closed, new ones refused."""
+        self.cmd("down")
+
+    def up(self, check=True):
+        self.cmd("up", check=check)
+
+    def create_topic(self, name, partitions=None):
+        """Creates `name` with `partitions` (the broker's --partitions when
+        None), as real_broker.RealBroker.create_topic does on a cluster."""
+        self.cmd("topic %s" % name + (" %d" % partitions if partitions else ""))
+        return name
+
 # --------------------------------------------------------------------------
 # Fault proxy (tests/tools/fault_proxy.py)
 # --------------------------------------------------------------------------

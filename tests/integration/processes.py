@@ -98,6 +98,9 @@ class Process:
         if harness_base.current_plugin is not None:
             full_env["OUTBOX_RELAY_PLUGIN"] = harness_base.current_plugin
         full_env.update(env or {})
+        if harness_base.current_names is not None:  # the shared real Kafka: real_broker.py
+            argv, full_env = harness_base.current_names.rewrite(list(argv), full_env)
+            self.argv = list(argv)
         self._log = open(log_path, "wb")
         _process_logs.append(log_path)
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,

@@ -39,8 +39,10 @@ import pytest
 
 import harness
 
-# per plugin and major, one plugin on each newer major (conftest.py)
-pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
+# per plugin and major, one plugin on each newer major, on the shared real
+# Kafka (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major,
+              pytest.mark.real_kafka]
 
 TOTAL = 120000
 DISPATCHED = 60000  # ids 1..60000 were dispatched by the poller
@@ -109,7 +111,7 @@ def collect(kafka, required, timeout=120):
     out, seen = [], set()
     try:
         parts = kafka.partitions("order") or []
-        c.assign([TopicPartition("order", p, OFFSET_BEGINNING) for p in parts])
+        c.assign([TopicPartition(harness.topic("order"), p, OFFSET_BEGINNING) for p in parts])
         while not required <= seen and time.monotonic() < deadline:
             for m in c.consume(num_messages=100000, timeout=0.5):
                 if m.error() is not None:
@@ -180,6 +182,10 @@ def marker(pg, slot="outbox_relay"):
     return rows[0][0] if rows else None
 
 
+@pytest.mark.mock_kafka(
+    "a backfill slowed by the mock's round trips (rtt) so that the kill lands"
+    " inside it"
+)
 @pytest.mark.parametrize("point", ["early", "middle", "middle-restart-without-flag"])
 def test_sigkill_during_backfill_then_restart(pg, broker, kafka, relayer, point):
     pending = seed(pg)
@@ -198,6 +204,7 @@ def test_sigkill_during_backfill_then_restart(pg, broker, kafka, relayer, point)
     streams_then_all_arrived(p, pg, kafka, prod, pending, done=False)
 
 
+@pytest.mark.mock_kafka("retriable error codes injected by the mock's \"error\" command")
 @pytest.mark.parametrize("code", [13, 74])  # NETWORK_EXCEPTION, FENCED_LEADER_EPOCH
 def test_retriable_broker_errors_during_backfill(pg, broker, kafka, relayer, code):
     """Produce requests fail with an error librdkafka gives up on (issue 11,
@@ -261,6 +268,10 @@ def test_sigkill_before_the_marker_clears(pg, broker, kafka, relayer):
     streams_then_all_arrived(p, pg, kafka, prod, pending, done=True)
 
 
+@pytest.mark.mock_kafka(
+    "a backfill slowed by the mock's round trips (rtt) so that the kill lands"
+    " inside it"
+)
 def test_two_replicas_one_backfills_the_other_resumes(pg, broker, kafka, relayer):
     pending = seed(pg)
     args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--backfill", "pending"]

@@ -19,7 +19,8 @@ import pytest
 
 import harness
 
-pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
+# per plugin and major (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.real_kafka]
 
 ROWS = 60000
 
@@ -40,12 +41,16 @@ def in_topic(bootstrap, topic, partitions):
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks", "log_level": 3})
     try:
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        return sum(c.get_watermark_offsets(TopicPartition(harness.topic(topic), p), timeout=10)[1]
                    for p in partitions)
     finally:
         c.close()
 
 
+@pytest.mark.mock_kafka(
+    "a backfill slowed by the mock's round trips (rtt) so that the kill lands"
+    " inside it"
+)
 def test_resumed_backfill_counts_by_the_mapped_id(pg, broker, kafka, relayer):
     pg.query("CREATE TABLE public.my_events (event_no bigint GENERATED ALWAYS AS IDENTITY "
              "PRIMARY KEY, kind text NOT NULL, body jsonb, "

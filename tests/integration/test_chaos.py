@@ -25,6 +25,13 @@ back) while the test, acting as a supervisor:
     fills, the relayer stops reading WAL and must keep its replication
     connection (no reconnect) and resume when the path does.
 
+The test runs twice: on three mock brokers behind fault proxies
+(chaos_broker "mock"), and on a real three-broker Apache Kafka cluster of
+its own (chaos_broker "real", ClusterFaults: replication factor 3,
+min.insync.replicas 2), where the outage SIGKILLs every broker's JVM and
+starts them again on their logs, and the stall SIGSTOPs them (connections
+open, nothing answered) until SIGCONT.
+
 Every event carries a per-aggregate sequence number handed out by the
 database itself: each transaction increments the aggregate's row in
 chaos_seq (row locks taken in aggregate order, so no deadlocks), so the
@@ -65,8 +72,10 @@ import pytest
 import harness
 from harness import wait_until
 
-# per plugin and major, one plugin on each newer major (conftest.py)
-pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
+# per plugin and major, one plugin on each newer major, on the shared real
+# Kafka (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major,
+              pytest.mark.real_kafka]
 
 SLOT = "outbox_relay"
 TOPICS = ("chaosa", "chaosb")
@@ -326,6 +335,59 @@ def proxied_broker(tmp_path):
     b.cleanup()
 
 
+class ClusterFaults:
+    """A real three-broker cluster of the test's own (own_kafka_cluster)
+    with the chaos test's broker faults, the real way: the outage SIGKILLs
+    every broker and starts them again on their logs (the whole Kafka side
+    crashing), and the stall SIGSTOPs every broker's JVM for its duration,
+    so that connections stay open and nothing answers, as through a stalled
+    network path. Topics get replication factor 3 and min.insync.replicas 2."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.bootstrap = cluster.bootstrap
+        self.ids = sorted(cluster.brokers_by_id)
+
+    def create_topic(self, name, partitions):
+        self.cluster.create_topic(name, partitions=partitions, rf=3,
+                                  configs={"min.insync.replicas": 2})
+
+    def down(self):
+        for n in self.ids:
+            self.cluster.kill(n)
+
+    def up(self, check=True):
+        """Starts every broker that is down, all at once, and waits for them."""
+        nodes = [self.cluster.brokers_by_id[n] for n in self.ids if not self.cluster.running(n)]
+        for node in nodes:
+            node.start()
+        for node in nodes:
+            node.wait_started(120)
+        self.cluster.wait_brokers(self.ids, timeout=120)
+
+    def _signal(self, sig):
+        for n in self.ids:
+            node = self.cluster.brokers_by_id[n]
+            if node.running():
+                os.kill(node.proc.pid, sig)
+
+    def stall(self, direction="both"):
+        self._signal(signal.SIGSTOP)
+
+    def resume(self, direction="both"):
+        self._signal(signal.SIGCONT)
+
+
+@pytest.fixture(params=["mock", "real"])
+def chaos_broker(request, tmp_path):
+    """The chaos test's Kafka: three mock brokers behind fault proxies, or a
+    real three-broker cluster (ClusterFaults)."""
+    if request.param == "mock":
+        yield request.getfixturevalue("proxied_broker")
+    else:
+        yield ClusterFaults(request.getfixturevalue("own_kafka_cluster"))
+
+
 @pytest.fixture
 def pg_proxy(pg, tmp_path):
     """A fault proxy in front of pg: the relayer's path to PostgreSQL."""
@@ -338,7 +400,7 @@ def count_reconnects(r):
     return len(re.findall(r"reconnecting \(", r.log_text()))
 
 
-def test_chaos(pg, proxied_broker, pg_proxy, relayer):
+def test_chaos(pg, chaos_broker, pg_proxy, relayer):
     seed = _env_int("CHAOS_SEED", int(time.time() * 1000) % 1000000)
     duration = _env_int("CHAOS_SECONDS", 50)
     n_kills = _env_int("CHAOS_KILLS", 4)
@@ -347,9 +409,9 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
           % (seed, seed, duration, n_kills))
     t_begin = time.monotonic()
 
-    broker = proxied_broker
+    broker = chaos_broker
     for t in TOPICS:
-        broker.cmd("topic %s 4" % t)
+        broker.create_topic(t, 4)
     aggs = [str(uuid.uuid4()) for _ in range(AGGREGATES)]
     pg.query("CREATE TABLE chaos_seq (agg uuid PRIMARY KEY, topic text NOT NULL, "
              "seq int NOT NULL DEFAULT 0)")
@@ -421,12 +483,12 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
                 r = sup.current
                 reconnects_before = count_reconnects(r)
                 t = time.monotonic()
-                broker.cmd("down")
+                broker.down()
                 alive = True
                 while time.monotonic() - t < outage:
                     alive = alive and r.running()
                     time.sleep(0.05)
-                broker.cmd("up")
+                broker.up()
                 time.sleep(1)
                 survived["broker_outage"] = (r.pid, alive and r.running() and sup.current is r,
                                              r.returncode)
@@ -486,8 +548,8 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
         stop.set()
         for p in producers:
             p.join(30)
-        broker.cmd("up", check=False)
         broker.resume("both")
+        broker.up(check=False)
     t_produced = time.monotonic()
 
     # Catch up: a marker committed after everything else; once the slot has

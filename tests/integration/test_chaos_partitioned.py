@@ -64,8 +64,10 @@ from test_backfill import marker
 from test_chaos import SLOT, TOPICS, Supervisor, read_to_end
 from test_partitions import load_partitioned_layout
 
-# per plugin and major, one plugin on each newer major (conftest.py)
-pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
+# per plugin and major, one plugin on each newer major, on the shared real
+# Kafka (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major,
+              pytest.mark.real_kafka]
 
 AGGREGATES = 16
 BACKLOG = 48000            # seeded rows, BACKLOG / AGGREGATES per aggregate
@@ -154,6 +156,10 @@ def streaming(pg, sup, timeout):
     fail_on_exits(sup)
 
 
+@pytest.mark.mock_kafka(
+    "deliveries slowed by the mock's round trips (rtt) so that the kills land"
+    " inside the backfill"
+)
 @pytest.mark.parametrize("kill3", [
     "outside-confirmed",
     # Was a wrong stop (WRONG_STOP below) until sql/007's guard logged the
@@ -167,7 +173,7 @@ def test_chaos_partitioned(pg, broker, relayer, kill3):
     t_begin = time.monotonic()
 
     for t in TOPICS:
-        broker.cmd("topic %s 4" % t)
+        broker.create_topic(t, 4)
     load_partitioned_layout(pg)
     pg.query("CREATE TABLE public.%s PARTITION OF events_outbox "
              "FOR VALUES FROM ('2030-01-01 00:00+00') TO ('2031-01-01 00:00+00')" % DETACHED)

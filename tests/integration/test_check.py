@@ -22,6 +22,8 @@ import pytest
 
 import harness
 
+pytestmark = pytest.mark.real_kafka  # on the shared real Kafka (conftest.py)
+
 # Only the tests where the plugin changes what is checked run once per
 # plugin (conftest.py's `plugin` fixture); the others run with the default.
 per_plugin = pytest.mark.usefixtures("plugin")
@@ -65,6 +67,8 @@ def run_check(relayer_binary, *args, fmt="text", env=None):
     argv = [relayer_binary, "check"] + [str(a) for a in args]
     if fmt == "json":
         argv += ["--format", "json"]
+    if harness.current_names is not None:  # the shared real Kafka: the test's topic names
+        argv, full_env = harness.current_names.rewrite(argv, full_env)
     res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          timeout=120, env=full_env)
     # under a sanitizer build (OUTBOX_RELAY_BUILD=build-asan) a finding fails the test
@@ -107,7 +111,7 @@ def healthy(pg_factory, broker):
     outbox and its topic created."""
     pg = pg_factory(settings=HEALTHY)
     insert_event(pg)
-    broker.cmd("topic order")
+    broker.create_topic("order")
     return pg
 
 
@@ -125,6 +129,8 @@ def test_healthy_setup_passes_every_check(relayer_binary, healthy, broker, plugi
                 "message_size"}
     if plugin == "pgoutput":
         expected.add("publication")
+    if not isinstance(broker, harness.MockBroker):
+        expected.add("replication")  # DescribeConfigs, which the mock does not answer
     assert set(r.items) == expected, r
     assert "check: %d passed, 0 warnings, 0 failed" % len(expected) in r.stdout
     expect(r, "plugin", "PASS", detail=plugin)
@@ -226,7 +232,7 @@ def test_no_free_wal_sender(relayer_binary, pg_factory):
 def test_max_slot_wal_keep_size_unset_warns(relayer_binary, pg_factory, broker):
     pg = pg_factory(settings={"wal_sender_timeout": "60s"})  # keep size: PostgreSQL's -1
     insert_event(pg)
-    broker.cmd("topic order")
+    broker.create_topic("order")
     r = run_check(relayer_binary, "--dsn", pg.dsn(), "--brokers", broker.bootstrap)
     assert r.rc == 0, r  # a warning only
     expect(r, "max_slot_wal_keep_size", "WARN", detail="-1 (unlimited)",
@@ -276,6 +282,8 @@ def test_plugin_test_does_not_wait_for_a_long_transaction(relayer_binary, pg_fac
     assert pg.scalar("SELECT count(*) FROM pg_replication_slots") == 0
 
 
+@pytest.mark.mock_kafka("the verdict when the brokers cannot say whether they create topics "
+                        "(the mock has no DescribeConfigs)")
 def test_empty_outbox(relayer_binary, pg_factory, broker):
     """No event yet: nothing names a topic, so whether the brokers create
     topics decides, and the mock cannot tell (no DescribeConfigs)."""
@@ -307,7 +315,7 @@ def test_least_privilege_role_of_sql_003_passes(relayer_binary, pg_factory, brok
     pg = pg_factory(settings=HEALTHY)
     pg.prepare_for_unprivileged_relayer()
     insert_event(pg)
-    broker.cmd("topic order")
+    broker.create_topic("order")
     r = run_check(relayer_binary, "--dsn", pg.dsn(user="outbox_relay"), "--brokers",
                   broker.bootstrap)
     assert r.rc == 0 and r.not_passed() == {}, r
@@ -493,6 +501,7 @@ def test_no_publication_check_for_wal2json(relayer_binary, pg_factory):
 # Kafka
 # --------------------------------------------------------------------------
 
+@pytest.mark.mock_kafka("a cluster that is down: the mock's \"down\"")
 def test_broker_down(relayer_binary, healthy, broker):
     broker.cmd("down")
     r = run_check(relayer_binary, "--dsn", healthy.dsn(), "--brokers", broker.bootstrap)
@@ -512,6 +521,9 @@ def test_broker_unreachable_port(relayer_binary, healthy):
     expect(r, "message_size", "PASS", detail="the producer's message.max.bytes")
 
 
+@pytest.mark.mock_kafka("the verdict when the brokers cannot say whether they create "
+                        "topics (the mock has no DescribeConfigs); a real cluster's answer "
+                        "is test_real_kafka_faults.py's")
 def test_topic_missing_and_auto_create_unknown(relayer_binary, pg_factory, broker):
     """The mock cluster has no DescribeConfigs: whether it creates topics is
     unknown, which is a warning naming the missing topic."""
@@ -524,7 +536,7 @@ def test_topic_missing_and_auto_create_unknown(relayer_binary, pg_factory, broke
     # check created nothing
     assert "invoice" not in harness.list_topics(broker.bootstrap)
     # a fixed --topic and the dead-letter topic are looked for too
-    broker.cmd("topic events")
+    broker.create_topic("events")
     r = run_check(relayer_binary, "--dsn", pg.dsn(), "--brokers", broker.bootstrap,
                   "--topic", "events", "--on-poison", "dead-letter")
     expect(r, "topics", "WARN", detail="missing: outbox.dead-letter")

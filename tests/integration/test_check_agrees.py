@@ -20,6 +20,8 @@ import pytest
 import harness
 from test_check import HEALTHY, apply_fix, expect, run_check
 
+pytestmark = pytest.mark.real_kafka  # on the shared real Kafka (conftest.py)
+
 DLQ = "outbox.dead-letter"
 BIG = 600000      # bytes: fits the default message.max.bytes (1000000), its hex text does not
 TOO_BIG = 1100000
@@ -42,8 +44,8 @@ def test_bytea_payload_size(relayer, relayer_binary, pg_factory, broker, kafka):
     pg = pg_factory(settings=HEALTHY)
     pg.query("ALTER TABLE events_outbox ALTER COLUMN payload TYPE bytea "
              "USING convert_to(payload::text, 'UTF8')")
-    broker.cmd("topic blob")
-    broker.cmd("topic " + DLQ)
+    broker.create_topic("blob")
+    broker.create_topic(DLQ)
     args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--on-poison", "dead-letter"]
     r = start(relayer, pg, args)
 
@@ -73,8 +75,8 @@ def test_mapped_columns_are_measured(relayer, relayer_binary, pg_factory, broker
              "PRIMARY KEY, kind text NOT NULL, body bytea, occurred_at timestamptz NOT NULL "
              "DEFAULT now(), type text, payload text)")
     pg.query("CREATE INDEX ON public.my_events (occurred_at)")
-    broker.cmd("topic blob")
-    broker.cmd("topic " + DLQ)
+    broker.create_topic("blob")
+    broker.create_topic(DLQ)
     args = ["--dsn", pg.dsn(), "--brokers", broker.bootstrap, "--on-poison", "dead-letter",
             "--table", "public.my_events", "--column-id", "event_no", "--column-key", "none",
             "--column-type", "kind", "--column-payload", "body",

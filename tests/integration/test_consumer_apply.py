@@ -23,14 +23,18 @@ import re
 import time
 import uuid
 
+import pytest
+
 import harness
 from consumer_fixtures import committed_offsets, consumer_args, event, points, wait_points
 from consumer_fixtures import consume, consumer_binary, shop, tuning  # noqa: F401 (fixtures)
 
+pytestmark = pytest.mark.real_kafka  # on the shared real Kafka (conftest.py)
+
 
 def test_applies_each_event_once(shop, broker, kafka, consume, tuning):
     pg = shop
-    broker.cmd("topic order 2")
+    broker.create_topic("order", 2)
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     msgs = [event(a, 10, "1"), event(b, 5, "2"), event(a, 10, "1"),  # "1" redelivered
             event(a, 1, "3"), event(b, 2, None),                        # no event_id header
@@ -50,7 +54,8 @@ def test_applies_each_event_once(shop, broker, kafka, consume, tuning):
     assert len(ids) == 5
     assert ids[:3] == ["1", "2", "3"]
     for fallback in ids[3:]:  # no header, and a header that is not text
-        assert fallback.startswith("kafka-order-") and len(fallback.split("-")) == 4
+        assert fallback.startswith("kafka-%s-" % harness.topic("order")), fallback
+        assert len(fallback.split("-")) == 4, fallback
 
     assert p.terminate(20) == 0
     log = p.log_text()
@@ -70,7 +75,7 @@ def test_applies_each_event_once(shop, broker, kafka, consume, tuning):
 
 def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume, tuning):
     pg = shop
-    broker.cmd("topic order 1")
+    broker.create_topic("order", 1)
     a = str(uuid.uuid4())
     msgs = [event(a, 3, "10"),
             event(a, 0, "11", payload='{"customer_id": "not-a-uuid", "points": 1}'),
@@ -86,7 +91,7 @@ def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume, tunin
                     "ORDER BY event_id")
     assert [r[0] for r in rows] == ["11", "12"]
     eid, topic, part, off, key, typ, payload, error, state = rows[0]
-    assert (topic, part, off, key, typ) == ("order", 0, 1, a, "order.placed")
+    assert (topic, part, off, key, typ) == (harness.topic("order"), 0, 1, a, "order.placed")
     assert payload == '{"customer_id": "not-a-uuid", "points": 1}'
     assert "invalid input syntax for type uuid" in error and state == "22P02"
     assert rows[1][3] == 2 and rows[1][6] == "this is not json"
@@ -95,7 +100,7 @@ def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume, tunin
     assert pg.scalar("SELECT count(*) FROM processed_events WHERE consumer = 'loyalty'") == 4
     assert p.running()
     log = p.log_text()
-    assert "event_id=11 topic=order partition=0 offset=1" in log
+    assert "event_id=11 topic=%s partition=0 offset=1" % harness.topic("order") in log
     assert "recorded in failed_events" in log
 
     # Later events keep flowing and the offsets move past the failed ones.
@@ -107,7 +112,7 @@ def test_on_error_failed_records_and_goes_on(shop, broker, kafka, consume, tunin
 
 def test_on_error_halt_stops_at_the_bad_event(shop, broker, kafka, consume, tuning):
     pg = shop
-    broker.cmd("topic order 1")
+    broker.create_topic("order", 1)
     a = str(uuid.uuid4())
     msgs = [event(a, 3, "20"), event(a, 4, "21"),
             event(a, 0, "22", payload='{"customer_id": "%s", "points": "lots"}' % a),
@@ -116,9 +121,9 @@ def test_on_error_halt_stops_at_the_bad_event(shop, broker, kafka, consume, tuni
     p = consume(*consumer_args(pg, broker, tuning=tuning, extra=["--on-error", "halt"]))
     assert p.wait_exit(40) == 1
     log = p.log_text()
-    assert ("event_id=22 topic=order partition=0 offset=2 type=order.placed: apply failed: "
-            "ERROR:  invalid input syntax for type integer: \"lots\" (SQLSTATE 22P02)") in log, \
-        log
+    assert ("event_id=22 topic=%s partition=0 offset=2 type=order.placed: apply failed: "
+            "ERROR:  invalid input syntax for type integer: \"lots\" (SQLSTATE 22P02)"
+            % harness.topic("order")) in log, log
     assert "--on-error halt" in log
     # The two events before it are applied and committed; nothing past it.
     assert points(pg) == {a: 7}
@@ -168,7 +173,7 @@ def test_defaults_batch_mixes_processed_new_and_failing_events(shop, broker, kaf
     pipelined batch rolls it back and the batch is applied again message by
     message, so --on-error failed records just that event."""
     pg = shop
-    broker.cmd("topic order 1")
+    broker.create_topic("order", 1)
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     pg.query("INSERT INTO processed_events (consumer, event_id) VALUES ('loyalty', 'old1')")
     odd = 'n"2\\,{x} NULL'  # quotes, a backslash, array syntax: all of it the id

@@ -23,6 +23,8 @@ import harness
 from consumer_fixtures import (committed_offsets, consume, consumer_args,  # noqa: F401 (fixtures)
                                consumer_binary, event, points, shop, wait_points)
 
+pytestmark = pytest.mark.real_kafka  # on the shared real Kafka (conftest.py)
+
 ARTICLE_DDL = ("CREATE TABLE processed_events (consumer TEXT, event_id BIGINT, "
                "processed_at TIMESTAMPTZ DEFAULT now(), PRIMARY KEY (consumer, event_id))")
 FIX = "ALTER TABLE public.processed_events ALTER COLUMN event_id TYPE text USING event_id::text"
@@ -42,7 +44,7 @@ def processed_table(pg, column_type):
 def test_processed_events_column_types(shop, broker, kafka, consume, column_type):
     pg = shop
     processed_table(pg, column_type)
-    broker.cmd("topic order 1")
+    broker.create_topic("order", 1)
     a = str(uuid.uuid4())
     # "2" twice in the batch: the pipelined batch falls back to its two-step form
     assert kafka.produce("order", [event(a, 1, "1"), event(a, 2, "2"), event(a, 2, "2"),
@@ -67,7 +69,7 @@ def test_processed_events_column_types(shop, broker, kafka, consume, column_type
     # bigint, --on-error halt (the default): stops at it, naming it.
     assert p.wait_exit(40) == 1, p.log_tail()
     lines = [l for l in p.log_text().splitlines()
-             if "event_id=%s topic=order partition=0 offset=6" % odd in l]
+             if "event_id=%s topic=%s partition=0 offset=6" % (odd, harness.topic("order")) in l]
     assert len(lines) == 1, p.log_text()
     assert "processed_events.event_id is bigint" in lines[0], lines[0]
     assert FIX in lines[0] and "--on-error halt" in lines[0], lines[0]
@@ -96,7 +98,7 @@ def test_processed_events_of_a_type_that_cannot_work(shop, broker, kafka, consum
     pg.query("DROP TABLE processed_events")
     pg.query("CREATE TABLE processed_events (consumer TEXT, event_id UUID, "
              "processed_at TIMESTAMPTZ DEFAULT now(), PRIMARY KEY (consumer, event_id))")
-    broker.cmd("topic order 1")
+    broker.create_topic("order", 1)
     a = str(uuid.uuid4())
     assert kafka.produce("order", [event(a, 1, "1"), event(a, 2, "m-0/16B3F28")]) == []
     p = consume(*consumer_args(pg, broker, tuning="defaults"))

@@ -20,11 +20,14 @@ import time
 import uuid
 
 import psycopg2
+import pytest
 
 import harness
 from consumer_fixtures import consumer_args, wait_points
 from consumer_fixtures import consume, consumer_binary, shop, tuning  # noqa: F401 (fixtures)
 from test_chaos import read_to_end
+
+pytestmark = pytest.mark.real_kafka  # on the shared real Kafka (conftest.py)
 
 
 def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, consume, tuning):
@@ -37,7 +40,7 @@ def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, 
     flag."""
     pg = shop
     t0 = time.monotonic()
-    broker.cmd("topic order 4")
+    broker.create_topic("order", 4)
     relay_argv = relay_args + harness.tuned(tuning, "--status-interval", "0.5")
     cons_argv = consumer_args(pg, broker, tuning=tuning)
     rel = relayer(*relay_argv)
@@ -129,7 +132,8 @@ def test_orders_end_to_end_with_kills(shop, broker, kafka, relayer, relay_args, 
     # Up to each partition's high watermark: a read for a fixed 3 s
     # stopped early under load (thousands of records) and reported the
     # newest ids missing.
-    published = read_to_end(kafka.bootstrap, ["order"])  # (topic, part, offset, key, headers, value)
+    # (topic, part, offset, key, headers, value)
+    published = read_to_end(kafka.bootstrap, [harness.topic("order")])
     published_ids = {headers["event_id"] for (_, _, _, _, headers, _) in published}
     assert published_ids == set(outbox_ids)
     rb = {str(o) for o in rolled_back}

@@ -14,15 +14,20 @@ helpers: consumer_fixtures.py.
 
 import time
 import uuid
+
+import pytest
+
 from consumer_fixtures import Orders, consumer_args, event, wait_points
 from consumer_fixtures import consume, consumer_binary, shop, tuning  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.real_kafka  # on the shared real Kafka (conftest.py)
 
 
 def test_survives_postgres_restart(shop, broker, kafka, consume, tuning):
     """PostgreSQL goes away while events arrive: the consumer pauses,
     reconnects, and applies everything exactly once."""
     pg = shop
-    broker.cmd("topic order 2")
+    broker.create_topic("order", 2)
     customers = [str(uuid.uuid4()) for _ in range(3)]
     orders = Orders(kafka, customers, id_format="%d", zero=True)
     send, expected = orders.send, orders.expected
@@ -42,12 +47,14 @@ def test_survives_postgres_restart(shop, broker, kafka, consume, tuning):
     assert "connection" in p.log_text().lower()
 
 
+@pytest.mark.mock_kafka("every broker down and back: the mock's \"down\"/\"up\"; the "
+                        "consumer through real broker restarts is test_real_kafka_consumer.py's")
 def test_survives_broker_outage(shop, broker, kafka, consume, tuning):
     """All brokers down for longer than the session timeout: the consumer
     keeps polling, rejoins when they are back, and nothing is lost or applied
     twice."""
     pg = shop
-    broker.cmd("topic order 2")
+    broker.create_topic("order", 2)
     c = str(uuid.uuid4())
     assert kafka.produce("order", [event(c, i, "a%d" % i) for i in range(1, 21)]) == []
     p = consume(*consumer_args(pg, broker, tuning=tuning))

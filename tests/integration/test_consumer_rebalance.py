@@ -31,13 +31,15 @@ from consumer_fixtures import (Orders, committed_offsets, consumer_args, event, 
                                keys_covering, rebalance_wait, wait_points)
 from consumer_fixtures import consume, consumer_binary, shop, tuning  # noqa: F401 (fixtures)
 
+pytestmark = pytest.mark.real_kafka  # on the shared real Kafka (conftest.py)
+
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_rebalance_between_two_consumers(shop, broker, kafka, consume, strategy, tuning):
     """A second consumer joins the group while events flow, then the first
     one is stopped: every event is applied exactly once across the two."""
     pg = shop
-    broker.cmd("topic order 4")
+    broker.create_topic("order", 4)
     # Two customers per partition (librdkafka's default partitioner is CRC-32
     # of the key), so every partition has traffic and a takeover of each is
     # exercised; an empty partition would rightly have no committed offset.
@@ -117,7 +119,7 @@ def test_revoke_is_bounded(shop, broker, kafka, consume, how):
     PostgreSQL is still stuck; once it is not, every event is applied
     exactly once."""
     pg = shop
-    broker.cmd("topic order 4")
+    broker.create_topic("order", 4)
     customers = keys_covering(4, per_partition=2)
     # Rows to lock (a table lock would also stop the --apply statement from
     # being prepared by a consumer that connects meanwhile).
@@ -269,7 +271,7 @@ def test_defaults_postgres_hangs_while_the_group_rebalances(shop, broker, kafka,
     joins meanwhile and gets partitions; when PostgreSQL is back every event
     is applied exactly once."""
     pg = shop
-    broker.cmd("topic order 4")
+    broker.create_topic("order", 4)
     customers = keys_covering(4, per_partition=2)
     orders = Orders(kafka, customers)
     send, expected = orders.send, orders.expected

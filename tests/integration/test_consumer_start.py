@@ -19,9 +19,13 @@ import time
 import uuid
 
 import pytest
+
+import harness
 from consumer_fixtures import (Orders, consumer_args, event, keys_covering, place_orders,
                                wait_points)
 from consumer_fixtures import consume, consumer_binary, shop  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.real_kafka  # on the shared real Kafka (conftest.py)
 
 
 # ---------------------------------------------------------------------------
@@ -44,9 +48,13 @@ def test_defaults_started_before_the_topic_exists(shop, broker, relayer, relay_a
     defaults changed: a guard); a regex subscription finds the new topic
     only at the next metadata refresh, 5 minutes by librdkafka's default."""
     pg = shop
-    broker.cmd("apiversion 3 0 4")
+    # A real broker creates no topic for a consumer's Metadata request; the
+    # mock's v2 does, unless told to answer v4 (allow_auto_topic_creation).
+    if isinstance(broker, harness.MockBroker):
+        broker.cmd("apiversion 3 0 4")
     con = consume(*consumer_args(pg, broker, group="g", topics=topics, tuning="defaults"))
-    con.wait_for_log(r"Subscribed topic not available: " + re.escape(topics), timeout=20)
+    con.wait_for_log(r"Subscribed topic not available: " + re.escape(harness.topic(topics)),
+                     timeout=20)
     rel = relayer(*relay_args)
     rel.wait_for_log(r"streaming public\.events_outbox", timeout=30)
     customers = [str(uuid.uuid4()) for _ in range(6)]
@@ -62,8 +70,11 @@ def test_defaults_topic_created_while_running(shop, broker, kafka, consume):
     2.0.2 mock cannot do). librdkafka's default topic.metadata.refresh
     interval is 5 minutes: the consumer must find it within seconds."""
     pg = shop
-    broker.cmd("apiversion 3 0 4")
-    broker.cmd("topic order 2")
+    # A real broker creates no topic for a consumer's Metadata request; the
+    # mock's v2 does, unless told to answer v4 (allow_auto_topic_creation).
+    if isinstance(broker, harness.MockBroker):
+        broker.cmd("apiversion 3 0 4")
+    broker.create_topic("order", 2)
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     assert kafka.produce("order", [event(a, 1, "o%d" % i) for i in range(5)]) == []
     con = consume(*consumer_args(pg, broker, topics="order,refund", tuning="defaults"))
@@ -81,7 +92,7 @@ def test_defaults_restart_after_events_exist(shop, broker, kafka, consume):
     started again (the group is known, its dead member still in it) after
     more events: everything is applied, exactly once, within seconds."""
     pg = shop
-    broker.cmd("topic order 4")
+    broker.create_topic("order", 4)
     customers = keys_covering(4, per_partition=2)
     orders = Orders(kafka, customers)
     send, expected = orders.send, orders.expected

@@ -19,7 +19,8 @@ import harness
 from core_helpers import (Outbox, assert_message_matches, by_event_id, read_ids, start_relay,
                           user_topics)
 
-pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
+# per plugin and major, on the shared real Kafka (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.real_kafka]
 
 
 # --------------------------------------------------------------------------
@@ -125,6 +126,11 @@ def test_rolled_back_events_never_published(pg, broker, kafka, relayer):
 
 
 
+@pytest.mark.mock_kafka(
+    "slow round trips, dropped connections and retriable errors on demand: "
+    "the mock's; order through real leader elections and restarts is "
+    "test_real_kafka.py's"
+)
 def test_per_aggregate_order(pg, broker, kafka, relayer):
     """Within each key, Kafka order equals commit order: many interleaved
     aggregates, transactions of varying size, dropped connections and

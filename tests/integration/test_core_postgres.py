@@ -20,7 +20,8 @@ import harness
 from harness import wait_until
 from core_helpers import SLOT, STATUS, Outbox, by_event_id, error_line, start_relay, wait_streaming
 
-pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
+# per plugin and major, on the shared real Kafka (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.real_kafka]
 
 
 # --------------------------------------------------------------------------

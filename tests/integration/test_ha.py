@@ -17,8 +17,10 @@ import pytest
 
 import harness
 
-# per plugin and major, one plugin on each newer major (conftest.py)
-pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major]
+# per plugin and major, one plugin on each newer major, on the shared real
+# Kafka (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.plugin_per_major,
+              pytest.mark.real_kafka]
 
 
 Producers = harness.Producers
@@ -143,7 +145,7 @@ class Poller:
                             "ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED")
                 rows = cur.fetchall()
                 for eid, agg, typ, payload, created in rows:
-                    self.producer.produce(typ.split(".")[0], key=agg, value=payload,
+                    self.producer.produce(harness.topic(typ.split(".")[0]), key=agg, value=payload,
                                           headers={"event_id": str(eid), "event_type": typ,
                                                    "created_at": created, "by": "poller"})
                 assert self.producer.flush(30) == 0
@@ -202,6 +204,7 @@ def test_backfill_migration_from_a_polling_relayer(pg, broker, kafka, relayer, t
     assert p.terminate() == 0
 
 
+@pytest.mark.mock_kafka("every broker down mid-backfill: the mock's \"down\"")
 def test_backfill_interrupted_is_redone(pg, broker, relayer):
     """A backfill that cannot finish (Kafka down, then SIGTERM) drops the new
     slot, so the next start backfills again instead of skipping the rows."""

@@ -56,7 +56,8 @@ import pytest
 import harness
 from harness import wait_until
 
-pytestmark = pytest.mark.usefixtures("plugin", "pg_major")  # per plugin and major (conftest.py)
+# per plugin and major (conftest.py)
+pytestmark = [pytest.mark.usefixtures("plugin", "pg_major"), pytest.mark.real_kafka]
 
 SLOT = "outbox_relay"
 

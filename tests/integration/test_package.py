@@ -397,7 +397,7 @@ def check_preflight(log_dir):
         pg.query("INSERT INTO events_outbox (aggregate_id, type, payload) "
                  "VALUES (gen_random_uuid(), 'order.placed', '{}')")
         broker = harness.MockBroker(log_dir)
-        broker.cmd("topic order")
+        broker.create_topic("order")
         argv = ["/usr/bin/outbox-relay", "check", "--dsn", pg.dsn(user="outbox_relay"),
                 "--brokers", broker.bootstrap]
         res = run(argv, env=clean_env(), check=False)

@@ -199,7 +199,7 @@ def test_event_id_is_stable_across_redelivery(pg, broker, kafka, relayer, relay_
     confirmed; SIGKILL; broker up; restart: the events arrive, with the
     ids their WAL positions give (the same a first delivery would have)."""
     rel = start_relayer(relayer, relay_args)
-    broker.cmd("topic parcel 4")
+    broker.create_topic("parcel", 4)
     conn = pg.connect(autocommit=False)
     cur = conn.cursor()
     # One delivered before the outage, so the topic and connections exist.
@@ -244,7 +244,7 @@ def test_duplicate_delivery_has_the_same_event_id(pg, broker, kafka, relayer, re
     SIGKILLed before it hears back, so it confirms nothing and sends them
     again after a restart: Kafka holds two copies with one event_id."""
     rel = start_relayer(relayer, relay_args)
-    broker.cmd("topic crate 1")
+    broker.create_topic("crate", 1)
     conn = pg.connect()
     cur = conn.cursor()
     l0 = emit_message(cur, ENV_AGG % 5, "crate.packed", {"n": 0})
@@ -280,7 +280,7 @@ def test_table_and_message_events_interleave_per_aggregate(pg, broker, kafka, re
     events (and some transactions with both): per aggregate, the order in
     Kafka is the commit order."""
     rel = start_relayer(relayer, relay_args)
-    broker.cmd("topic acct 4")
+    broker.create_topic("acct", 4)
     per_writer = 40
     expected = {}
     errors = []
