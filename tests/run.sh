@@ -130,7 +130,7 @@ if [ -z "${OUTBOX_SKIP_ASAN_IT:-}" ]; then
             tests/integration/test_consumer_apply.py tests/integration/test_consumer_outages.py \
             tests/integration/test_consumer_orders.py tests/integration/test_consumer_rebalance.py \
             tests/integration/test_consumer_start.py tests/integration/test_fatal.py \
-            -k "not bounded_memory and not one_huge and not (test_chaos and real)" "$@"
+            -k "not bounded_memory and not one_huge and not on_a_real_cluster" "$@"
     ) >"$asan_log" 2>&1 &
     asan_pid=$!
 fi
