@@ -32,6 +32,7 @@
 #include "outbox_relay/base/clock.h"
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/core/metrics.h"
+#include "outbox_relay/pg/failover.h"
 #include "outbox_relay/pg/outbox_catalog.h"
 #include "outbox_relay/pg/pg_watchdog.h"
 #include "outbox_relay/pg/pgconn.h"
@@ -156,6 +157,25 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
 static int64_t check_logged(struct maint *mt);
 static int check_publication(struct maint *mt);
 
+/* PostgreSQL 17+: the slot's failover protection (failover.h) into
+ * metrics. Whether a standby holds a synced copy cannot be seen from the
+ * primary; what can is said. */
+static void poll_failover(struct maint *mt)
+{
+    if (PQserverVersion(mt->conn) < 170000)
+        return;
+    struct failover_info fi;
+    char why[1024];
+    if (failover_probe(mt->conn, mt->cfg->slot, QUERY_TIMEOUT, &fi, why, sizeof why) < 0) {
+        log_debug("maintenance: reading the failover settings failed: %s", why);
+        return;
+    }
+    enum failover_verdict v = failover_judge(&fi, mt->cfg->slot, why, sizeof why);
+    metrics_set_failover(mt->m, fi.slot_exists ? fi.failover : -1,
+                         v == FAILOVER_NOT_USED ? -1 : v == FAILOVER_PROTECTED,
+                         fi.named, fi.inactive, fi.standby_lag_bytes);
+}
+
 /* The slot's lag, WAL status and safe size, the table's row estimate, and
  * whether every table of the outbox writes WAL, into metrics. */
 static void poll_slot(struct maint *mt)
@@ -163,7 +183,9 @@ static void poll_slot(struct maint *mt)
     const char *p1[] = {mt->cfg->slot};
     PGresult *res = query(mt, "polling the slot",
                           "SELECT wal_status, safe_wal_size, "
-                          "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                          "pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN "
+                          "pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, "
+                          "confirmed_flush_lsn)::bigint "
                           "FROM pg_replication_slots WHERE slot_name = $1",
                           1, p1);
     if (res == NULL)
@@ -190,6 +212,7 @@ static void poll_slot(struct maint *mt)
     PQclear(res);
     check_logged(mt);
     check_publication(mt);
+    poll_failover(mt);
 }
 
 /* Checks that the outbox's tables write WAL; returns how many do not (-1

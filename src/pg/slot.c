@@ -109,6 +109,9 @@ int slot_check_server(struct slot *s)
     if (res == NULL)
         return error_rc(s);
     bool has_db = PQnfields(res) >= 4 && PQntuples(res) == 1 && !PQgetisnull(res, 0, 3);
+    s->timeline = PQnfields(res) >= 2 && PQntuples(res) == 1
+                      ? (unsigned) strtoul(PQgetvalue(res, 0, 1), NULL, 10)
+                      : 0;
     PQclear(res);
     if (!has_db)
         return slot_fail(s, STREAM_FATAL,
@@ -261,9 +264,11 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
      * idle_replication_slot_timeout, which leaves wal_status as it was. */
     snprintf(sql, sizeof sql,
              "SELECT plugin, slot_type, database, database = current_database(), active, "
-             "active_pid, wal_status, confirmed_flush_lsn, %s FROM pg_replication_slots "
-             "WHERE slot_name = %s",
-             PQserverVersion(s->conn) >= 170000 ? "invalidation_reason" : "NULL::text", lit);
+             "active_pid, wal_status, confirmed_flush_lsn, %s, pg_is_in_recovery() "
+             "FROM pg_replication_slots WHERE slot_name = %s",
+             PQserverVersion(s->conn) >= 170000 ? "invalidation_reason, synced"
+                                                : "NULL::text, false",
+             lit);
     PQfreemem(lit);
     PGresult *res = query(s, sql, "looking up the slot in pg_replication_slots");
     if (res == NULL)
@@ -284,7 +289,18 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
     const char *wal_status = PQgetvalue(res, 0, 6);
     const char *flush = PQgetvalue(res, 0, 7);
 
-    if (strcmp(type, "logical") != 0) {
+    bool synced_copy = strcmp(PQgetvalue(res, 0, 9), "t") == 0 &&
+                       strcmp(PQgetvalue(res, 0, 10), "t") == 0;
+
+    if (synced_copy) {
+        rc = slot_fail(s, STREAM_FAILOVER,
+                       "slot=%s on this server is a copy synced from the primary (the server "
+                       "is a standby, pg_replication_slots.synced = true): it cannot be "
+                       "streamed before this standby is promoted. Point --dsn at the primary; "
+                       "with a list of hosts add target_session_attrs=read-write (or primary) "
+                       "so that the connection skips standbys",
+                       s->name);
+    } else if (strcmp(type, "logical") != 0) {
         rc = slot_fail(s, STREAM_FATAL,
                        "slot=%s is a %s slot, not a logical one: choose another "
                        "--slot",
