@@ -29,15 +29,26 @@ static const char *show(struct check_ctx *c, const char *name, char *buf, size_t
     return pgconn_show(c->conn, name, CHECK_QUERY_TIMEOUT, buf, cap) == 1 ? buf : NULL;
 }
 
+/* On a standby: its own slot, or its copy of the primary's (17+). */
 static void check_standby(struct check_ctx *c, const struct failover_info *fi)
 {
     const char *slot = c->cfg->slot;
     char sync[16], hsf[16], psn[128], conninfo[1024], why[2048];
     const char *sync_v = show(c, "sync_replication_slots", sync, sizeof sync);
     if (fi->slot_exists && !fi->synced) {
-        check_report_addf(c->report, NAME, CHECK_PASS, NULL,
+        const char *h = show(c, "hot_standby_feedback", hsf, sizeof hsf);
+        const char *n = show(c, "primary_slot_name", psn, sizeof psn);
+        bool safe = h != NULL && strcmp(h, "on") == 0 && n != NULL && *n != '\0';
+        check_report_addf(c->report, NAME, safe ? CHECK_PASS : CHECK_WARN,
+                          safe ? NULL
+                               : "ALTER SYSTEM SET hot_standby_feedback = on and a "
+                                 "primary_slot_name (a physical slot on the primary) on this "
+                                 "standby",
                           "slot %s is this standby's own: the relayer decodes on the standby "
-                          "(docs/operations.md, \"Decoding on a standby\")", slot);
+                          "(docs/operations.md, \"Decoding on a standby\")%s", slot,
+                          safe ? "" : "; without hot_standby_feedback and a physical slot the "
+                                      "primary's vacuum removes catalog rows the slot needs, "
+                                      "and the standby invalidates it");
         return;
     }
     if (!fi->slot_exists && (sync_v == NULL || strcmp(sync_v, "on") != 0))
@@ -84,8 +95,7 @@ void check_failover(struct check_ctx *c)
         return;
     }
     if (fi.in_recovery) {
-        if (c->server_version >= 170000)
-            check_standby(c, &fi);
+        check_standby(c, &fi);
         return;
     }
     if (c->server_version < 170000)

@@ -72,6 +72,8 @@ struct maint {
     char row_filter[512];  /* the row filter it saw then; "" none */
     double last_conn_warn;
     double last_query_warn;
+    int on_standby;    /* --dsn is a hot standby (decoding on a standby): 1, 0, -1 unknown */
+    PGconn *primary;   /* --primary-dsn, for the heartbeat on a standby; NULL */
 };
 
 static bool stopping(struct maint *mt)
@@ -156,6 +158,7 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
 
 static int64_t check_logged(struct maint *mt);
 static int check_publication(struct maint *mt);
+static void note_standby(struct maint *mt);
 
 /* PostgreSQL 17+: the slot's failover protection (failover.h) into
  * metrics. Whether a standby holds a synced copy cannot be seen from the
@@ -213,6 +216,7 @@ static void poll_slot(struct maint *mt)
     check_logged(mt);
     check_publication(mt);
     poll_failover(mt);
+    note_standby(mt);
 }
 
 /* Checks that the outbox's tables write WAL; returns how many do not (-1
@@ -313,9 +317,63 @@ static int check_publication(struct maint *mt)
     return ok;
 }
 
+/* Decoding on a standby: what needs the primary. Asked at every poll (a
+ * promotion turns it off); said when it changes. The reaper and its marks
+ * write, so they pause on a standby; the heartbeat goes through
+ * --primary-dsn, and without it is off. */
+static void note_standby(struct maint *mt)
+{
+    PGresult *res = query(mt, "asking whether the server is a standby",
+                          "SELECT pg_is_in_recovery()", 0, NULL);
+    if (res == NULL)
+        return;
+    int standby = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    bool primary_dsn = mt->cfg->primary_dsn != NULL && *mt->cfg->primary_dsn != '\0';
+    if (standby && mt->on_standby != 1)
+        log_warn("maintenance: --dsn is a standby (decoding on a standby): the reaper and its "
+                 "marks are off here (they delete and write on the primary by the standby's "
+                 "slot: not done yet, so delivered rows stay until the relayer runs against "
+                 "the primary or a `reap` there); the heartbeat %s", !primary_dsn
+                     ? "is off too: give --primary-dsn so that an idle primary does not hold "
+                       "the standby's slot back"
+                     : "goes through --primary-dsn");
+    else if (!standby && mt->on_standby == 1)
+        log_info("maintenance: the server is no longer a standby (promoted): the reaper and "
+                 "the heartbeat run on it");
+    if (!standby && mt->primary != NULL) {
+        PQfinish(mt->primary);
+        mt->primary = NULL;
+    }
+    mt->on_standby = standby;
+}
+
 static void heartbeat(struct maint *mt)
 {
     const char *p[] = {MAINT_HEARTBEAT_PREFIX};
+    if (mt->on_standby == 1) {
+        if (mt->cfg->primary_dsn == NULL || *mt->cfg->primary_dsn == '\0')
+            return;
+        char msg[512];
+        if (mt->primary != NULL && PQstatus(mt->primary) != CONNECTION_OK) {
+            PQfinish(mt->primary);
+            mt->primary = NULL;
+        }
+        if (mt->primary == NULL)
+            mt->primary = pgconn_open_interruptible(mt->cfg->primary_dsn,
+                                                    "outbox-relay heartbeat", CONNECT_TIMEOUT,
+                                                    stopping_cb, mt, msg, sizeof msg);
+        if (mt->primary == NULL) {
+            log_debug("maintenance: heartbeat: cannot connect to --primary-dsn: %s", msg);
+            return;
+        }
+        PGresult *res = pgconn_exec(mt->primary, "SELECT pg_logical_emit_message(false, $1, '')",
+                                    1, p, QUERY_TIMEOUT, msg, sizeof msg);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+            log_debug("maintenance: heartbeat on --primary-dsn failed: %s", msg);
+        PQclear(res);
+        return;
+    }
     PGresult *res = query(mt, "heartbeat", "SELECT pg_logical_emit_message(false, $1, '')", 1, p);
     if (res == NULL && PQstatus(mt->conn) == CONNECTION_OK && !stopping(mt)) {
         /* Not a lost connection: permissions, a read-only server. It will
@@ -531,6 +589,10 @@ static void *maint_main(void *arg)
         }
 
         run_due(mt);
+        if (mt->on_standby == 1) { /* nothing to write here: see note_standby */
+            mt->next_mark = mono_now() + MAINT_MARK_INTERVAL;
+            mt->next_reap = mono_now() + cfg->reap_interval;
+        }
         if (mono_now() >= mt->next_mark && PQstatus(mt->conn) == CONNECTION_OK) {
             take_mark(mt);
             mt->next_mark = mono_now() + MAINT_MARK_INTERVAL;
@@ -567,6 +629,8 @@ static void *maint_main(void *arg)
     }
     if (mt->conn != NULL)
         disconnect(mt);
+    PQfinish(mt->primary);
+    mt->primary = NULL;
     pthread_mutex_lock(&mt->mu);
     mt->done = true;
     pthread_cond_broadcast(&mt->cv);
@@ -597,6 +661,7 @@ struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t 
     mt->last_conn_warn = mt->last_query_warn = -WARN_EVERY; /* the first one is said */
     mt->unlogged = -1;
     mt->publication_ok = -1;
+    mt->on_standby = -1;
     atomic_init(&mt->stop, false);
     /* Quoted for to_regclass; the parts were validated as plain
      * identifiers by the configuration. */

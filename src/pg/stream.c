@@ -35,6 +35,7 @@ struct stream {
     char *table_name;
     char *message_prefix;
     char *publication;
+    char *primary_dsn;
     bool create_slot;
     struct decoder *own_decoder;      /* when the options named none */
     const struct decoder *decoder;    /* the output plugin (decoder.h) */
@@ -71,6 +72,7 @@ struct stream *stream_new(const struct stream_options *opts)
     s->message_prefix = dup_or_empty(opts->message_prefix);
     s->publication = dup_or_empty(opts->publication && *opts->publication ? opts->publication
                                                                           : "outbox_relay");
+    s->primary_dsn = opts->primary_dsn && *opts->primary_dsn ? strdup(opts->primary_dsn) : NULL;
     s->create_slot = opts->create_slot;
     s->verdict = -1;
     s->decoder = opts->decoder;
@@ -89,6 +91,7 @@ struct stream *stream_new(const struct stream_options *opts)
                              .plugin_auto = opts->plugin_auto,
                              .recreate_slot = opts->recreate_slot,
                              .failover_slot = opts->failover_slot,
+                             .primary_dsn = s->primary_dsn,
                              .takeover_after = opts->takeover_after,
                              .query_timeout = opts->query_timeout,
                              .on_creating = opts->on_creating, .on_created = opts->on_created,
@@ -108,6 +111,7 @@ void stream_free(struct stream *s)
     free(s->table_name);
     free(s->message_prefix);
     free(s->publication);
+    free(s->primary_dsn);
     decoder_free(s->own_decoder);
     free(s);
 }

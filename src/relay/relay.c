@@ -92,6 +92,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                 .table_name = cfg->table_name,
                                 .message_prefix = cfg->message_prefix, .create_slot = true,
                                 .failover_slot = cfg->failover_slot,
+                                .primary_dsn = cfg->primary_dsn,
                                 .plugin_auto = cfg->plugin == PLUGIN_AUTO,
                                 .recreate_slot = cfg->recreate_slot,
                                 .takeover_after = cfg->takeover_after,

@@ -57,6 +57,9 @@ struct slot {
     int (*on_created)(void *ctx, const char *snapshot, lsn_t consistent, bool *drop_slot,
                       char *err, size_t errlen);
     void *on_created_ctx;
+    const char *primary_dsn;    /* stream_options.primary_dsn: the primary of
+                                   a standby --dsn; NULL or "" none */
+    bool in_recovery;           /* the server is a standby (slot_lookup) */
     unsigned timeline; /* the server's, from IDENTIFY_SYSTEM (slot_check_server) */
     int dead_pid; /* walsender of our last streaming connection, closed since
                      (it may still hold the slot: see slot_lookup) */
