@@ -217,6 +217,34 @@ def test_failover_under_load_loses_nothing(pg, standby_factory, broker, kafka, r
     assert p.terminate() == 0
 
 
+def test_primary_holds_changes_back_until_the_standby_has_them(pg, standby_factory, broker,
+                                                               kafka, relayer):
+    """What makes the relayer's confirmations safe is PostgreSQL's own:
+    with synchronized_standby_slots, a failover slot's walsender sends a
+    change only once the standby confirmed its WAL. With the standby down,
+    nothing reaches Kafka (and nothing is confirmed); the gauges say why;
+    once it is back, everything arrives."""
+    sb = setup_pair(pg, standby_factory)
+    p, port = start_relayer(relayer, pg, sb, broker)
+    wait_until(lambda: sb.slot_synced(SLOT), 60, message="the standby to sync the slot")
+    before = pg.confirmed_flush_lsn(SLOT)
+    sb.stop(mode="fast")
+    ids = harness_insert(pg, 20)
+    wait_until(lambda: metric(port, "outbox_relay_failover_standby_slots_inactive") == 1, 30,
+               message="outbox_relay_failover_standby_slots_inactive 1")
+    time.sleep(3)
+    got = {m.headers.get("event_id") for m in kafka.read("order", expected=None, timeout=3)}
+    assert not set(ids) & got, "a change reached Kafka before the standby had its WAL"
+    assert pg.confirmed_flush_lsn(SLOT) <= pg.current_wal_lsn()
+    held = pg.confirmed_flush_lsn(SLOT)
+    sb.start()
+    msgs = kafka.read("order", expected=20, timeout=60)
+    assert set(ids) <= {m.headers.get("event_id") for m in msgs}
+    print("held back while the standby was down: confirmed stayed at %s (was %s)"
+          % (harness.int_to_lsn(held), harness.int_to_lsn(before)))
+    assert p.terminate() == 0
+
+
 def test_failover_without_synchronized_standby_slots_is_refused(pg, standby_factory, broker,
                                                                 kafka, relayer):
     sb = setup_pair(pg, standby_factory, protected=False)
