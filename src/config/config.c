@@ -135,7 +135,7 @@ static const struct option_def options[] = {
         "follows a promotion (PostgreSQL 17+; --dsn with target_session_attrs=read-write)"),
     OPT("primary-dsn", OPT_STR, primary_dsn, NULL, "DSN",
         "decoding on a standby (--dsn a hot standby, PostgreSQL 16+): the primary, for the "
-        "heartbeat and pg_log_standby_snapshot() while the slot is created"),
+        "reaper, the heartbeat and pg_log_standby_snapshot() while the slot is created"),
     OPT("recreate-slot", OPT_BOOL, recreate_slot, "false", "true|false",
         "create the slot even though an earlier one made by outbox-relay was dropped or lost "
         "(events committed meanwhile may be missing; see --backfill)"),

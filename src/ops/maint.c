@@ -73,7 +73,8 @@ struct maint {
     double last_conn_warn;
     double last_query_warn;
     int on_standby;    /* --dsn is a hot standby (decoding on a standby): 1, 0, -1 unknown */
-    PGconn *primary;   /* --primary-dsn, for the heartbeat on a standby; NULL */
+    PGconn *primary;   /* --primary-dsn, for the writes on a standby; NULL */
+    PGconn *reap_conn; /* the reaper's (mark's) connection while it runs; NULL */
 };
 
 static bool stopping(struct maint *mt)
@@ -330,14 +331,15 @@ static void note_standby(struct maint *mt)
     int standby = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
     bool primary_dsn = mt->cfg->primary_dsn != NULL && *mt->cfg->primary_dsn != '\0';
-    if (standby && mt->on_standby != 1)
-        log_warn("maintenance: --dsn is a standby (decoding on a standby): the reaper and its "
-                 "marks are off here (they delete and write on the primary by the standby's "
-                 "slot: not done yet, so delivered rows stay until the relayer runs against "
-                 "the primary or a `reap` there); the heartbeat %s", !primary_dsn
-                     ? "is off too: give --primary-dsn so that an idle primary does not hold "
-                       "the standby's slot back"
-                     : "goes through --primary-dsn");
+    if (standby && mt->on_standby != 1 && primary_dsn)
+        log_info("maintenance: --dsn is a standby (decoding on a standby): the reaper deletes "
+                 "and the heartbeat writes on the primary (--primary-dsn), by the position of "
+                 "the slot on the standby");
+    else if (standby && mt->on_standby != 1)
+        log_warn("maintenance: --dsn is a standby (decoding on a standby) and there is no "
+                 "--primary-dsn: the reaper, its marks and the heartbeat are off (they write on "
+                 "the primary); delivered rows stay in the table, and an idle primary holds the "
+                 "standby's slot back");
     else if (!standby && mt->on_standby == 1)
         log_info("maintenance: the server is no longer a standby (promoted): the reaper and "
                  "the heartbeat run on it");
@@ -348,26 +350,40 @@ static void note_standby(struct maint *mt)
     mt->on_standby = standby;
 }
 
+/* Where the writes go: --dsn, or on a standby the primary (--primary-dsn,
+ * connected on demand); NULL when there is none (a standby without
+ * --primary-dsn, or the primary unreachable: said at debug level, the
+ * next due step tries again). */
+static PGconn *writer(struct maint *mt)
+{
+    if (mt->on_standby != 1)
+        return mt->conn;
+    if (mt->cfg->primary_dsn == NULL || *mt->cfg->primary_dsn == '\0')
+        return NULL;
+    char msg[512];
+    if (mt->primary != NULL && PQstatus(mt->primary) != CONNECTION_OK) {
+        PQfinish(mt->primary);
+        mt->primary = NULL;
+    }
+    if (mt->primary == NULL)
+        mt->primary = pgconn_open_interruptible(mt->cfg->primary_dsn, "outbox-relay maintenance",
+                                                CONNECT_TIMEOUT, stopping_cb, mt, msg,
+                                                sizeof msg);
+    if (mt->primary == NULL)
+        log_debug("maintenance: cannot connect to --primary-dsn: %s", msg);
+    return mt->primary;
+}
+
 static void heartbeat(struct maint *mt)
 {
     const char *p[] = {MAINT_HEARTBEAT_PREFIX};
     if (mt->on_standby == 1) {
-        if (mt->cfg->primary_dsn == NULL || *mt->cfg->primary_dsn == '\0')
-            return;
         char msg[512];
-        if (mt->primary != NULL && PQstatus(mt->primary) != CONNECTION_OK) {
-            PQfinish(mt->primary);
-            mt->primary = NULL;
-        }
-        if (mt->primary == NULL)
-            mt->primary = pgconn_open_interruptible(mt->cfg->primary_dsn,
-                                                    "outbox-relay heartbeat", CONNECT_TIMEOUT,
-                                                    stopping_cb, mt, msg, sizeof msg);
-        if (mt->primary == NULL) {
-            log_debug("maintenance: heartbeat: cannot connect to --primary-dsn: %s", msg);
+        PGconn *primary = writer(mt);
+        /* Inside the reaper's transaction there (a tick): skip this beat. */
+        if (primary == NULL || PQtransactionStatus(primary) != PQTRANS_IDLE)
             return;
-        }
-        PGresult *res = pgconn_exec(mt->primary, "SELECT pg_logical_emit_message(false, $1, '')",
+        PGresult *res = pgconn_exec(primary, "SELECT pg_logical_emit_message(false, $1, '')",
                                     1, p, QUERY_TIMEOUT, msg, sizeof msg);
         if (PQresultStatus(res) != PGRES_TUPLES_OK)
             log_debug("maintenance: heartbeat on --primary-dsn failed: %s", msg);
@@ -442,7 +458,8 @@ static bool reaper_should_stop(void *arg)
 static void reap_progress(struct maint *mt)
 {
     if (mt->watchdog != NULL)
-        pg_watchdog_arm(mt->watchdog, mt->conn, REAP_STALL_TIMEOUT);
+        pg_watchdog_arm(mt->watchdog, mt->reap_conn != NULL ? mt->reap_conn : mt->conn,
+                        REAP_STALL_TIMEOUT);
 }
 
 /* The reaper's statements are done: nothing to bound until the next. */
@@ -484,9 +501,15 @@ static int reap(struct maint *mt)
                                 .stop_arg = mt, .metrics = mt->m};
     struct reaper_result res;
     char err[REAPER_ERRLEN];
+    PGconn *conn = writer(mt);
+    if (conn == NULL)
+        return REAPER_RETRY;
+    ro.slot_conn = conn != mt->conn ? mt->conn : NULL;
+    mt->reap_conn = conn;
     reap_progress(mt);
-    int rc = reaper_run(mt->conn, &ro, &res, err, sizeof err);
+    int rc = reaper_run(conn, &ro, &res, err, sizeof err);
     reap_done(mt);
+    mt->reap_conn = NULL;
     if (res.off) {
         log_debug("reaper: off (--retention %s)", cfg->retention);
         return rc;
@@ -535,9 +558,15 @@ static int reap(struct maint *mt)
 static void take_mark(struct maint *mt)
 {
     char err[REAPER_ERRLEN];
+    PGconn *conn = writer(mt);
+    if (conn == NULL)
+        return;
+    mt->reap_conn = conn;
     reap_progress(mt); /* its statements block: the watchdog bounds them */
-    int rc = reaper_take_mark(mt->conn, mt->cfg->slot, NULL, err, sizeof err);
+    int rc = reaper_take_mark_on(conn, conn != mt->conn ? mt->conn : NULL, mt->cfg->slot, NULL,
+                                 err, sizeof err);
     reap_done(mt);
+    mt->reap_conn = NULL;
     if (rc == REAPER_FATAL && !mt->marks_warned && !stopping(mt)) {
         log_warn("reaper: %s; while the slot lags nothing can be reaped (run "
                  "sql/003_relay_role.sql to create the table and its grants)", err);
@@ -589,7 +618,8 @@ static void *maint_main(void *arg)
         }
 
         run_due(mt);
-        if (mt->on_standby == 1) { /* nothing to write here: see note_standby */
+        if (mt->on_standby == 1 && (cfg->primary_dsn == NULL || *cfg->primary_dsn == '\0')) {
+            /* nowhere to write: see note_standby */
             mt->next_mark = mono_now() + MAINT_MARK_INTERVAL;
             mt->next_reap = mono_now() + cfg->reap_interval;
         }

@@ -5,8 +5,9 @@ slot on the primary): the relayer creates its slot there and streams from
 it, taking the decoding load off the primary. What needs the primary goes
 through `--primary-dsn`: pg_log_standby_snapshot() while the slot is
 created (without it, creation waits for the primary's own running-xacts
-record) and the heartbeat. The reaper is off on a standby and says so.
-When the standby is promoted mid-stream, the relayer goes on from its slot.
+record), the heartbeat, and the reaper, which deletes on the primary only
+what the standby's slot confirmed (kept while Kafka is down). When the
+standby is promoted mid-stream, the relayer goes on from its slot.
 
 PostgreSQL 16+ decodes on a standby; the suite runs 17 and 18.
 """
@@ -65,7 +66,8 @@ def test_events_arrive_through_the_standbys_slot(pg, standby, broker, kafka, rel
     assert set(ids) <= set(got)
     seqs = [json.loads(m.value)["seq"] for m in msgs]
     assert seqs == sorted(seqs), "per-aggregate order"
-    p.wait_for_log(r"--dsn is a standby \(decoding on a standby\): the reaper", timeout=30)
+    p.wait_for_log(r"--dsn is a standby \(decoding on a standby\): the reaper deletes",
+                   timeout=30)
     assert "cannot record the new slot" not in p.log_text()
     # Recorded on the primary through --primary-dsn, read back by the standby.
     assert pg.scalar("SELECT count(*) FROM public.outbox_relay_slots WHERE slot_name = %s",
@@ -146,5 +148,43 @@ def test_promotion_of_the_standby_mid_stream_loses_nothing(pg, standby, broker, 
     assert first == sorted(first), "per-aggregate order"
     assert not expected - set(ids), "lost events across the promotion"
     p.wait_for_log(r"no longer a standby \(promoted\)", timeout=30)
+    assert p.running()
+    assert p.terminate() == 0
+
+
+def insert_aged(cluster, n, age):
+    rows = cluster.query("INSERT INTO events_outbox (aggregate_id, type, payload, created_at) "
+                         "SELECT gen_random_uuid(), 'order.placed', jsonb_build_object('seq', g), "
+                         "now() - %s::interval FROM generate_series(1, %s) g RETURNING id",
+                         (age, n))
+    return [r[0] for r in rows]
+
+
+def test_reaper_deletes_on_the_primary_only_what_the_standbys_slot_confirmed(
+        pg, standby, broker, kafka, relayer):
+    p = start_on_standby(relayer, pg, standby, broker, "--retention", "1 minute",
+                         "--reap-interval", "1", "--heartbeat-interval", "1")
+    p.wait_for_log(r"the reaper deletes and the heartbeat writes on the primary", timeout=30)
+
+    def left(ids):
+        return pg.scalar("SELECT count(*) FROM events_outbox WHERE id = ANY(%s)", (ids,))
+
+    delivered = insert_aged(pg, 50, "1 hour")
+    kafka.read("order", expected=50, timeout=60)
+    wait_until(lambda: left(delivered) == 0, 90,
+               message="the reaper to delete the delivered rows on the primary")
+
+    # Kafka down: the standby's slot confirms nothing past these rows, so
+    # the reaper keeps them, however old.
+    broker.cmd("down")
+    try:
+        held = insert_aged(pg, 30, "1 hour")
+        time.sleep(10)
+        assert left(held) == 30, "the reaper deleted rows the standby's slot had not confirmed"
+    finally:
+        broker.cmd("up")
+    msgs = kafka.read("order", expected=80, timeout=90)
+    assert {str(i) for i in held} <= {m.headers.get("event_id") for m in msgs}
+    wait_until(lambda: left(held) == 0, 90, message="the reaper to delete them once delivered")
     assert p.running()
     assert p.terminate() == 0
