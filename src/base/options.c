@@ -100,6 +100,20 @@ static void list_words(const struct option_word *w, char *buf, size_t cap)
     }
 }
 
+/* 1 for true/1/yes/on, 0 for false/0/no/off, -1 for anything else. */
+static int bool_word(const char *s)
+{
+    static const char *const yes[] = {"true", "1", "yes", "on"};
+    static const char *const no[] = {"false", "0", "no", "off"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(s, yes[i]) == 0)
+            return 1;
+        if (strcmp(s, no[i]) == 0)
+            return 0;
+    }
+    return -1;
+}
+
 int options_set(void *cfg, const struct option_def *o, const char *value, const char *source,
                 char *err, size_t errlen)
 {
@@ -149,19 +163,15 @@ int options_set(void *cfg, const struct option_def *o, const char *value, const 
             return 0;
         expected = "seconds (e.g. 10 or 0.5)";
         break;
-    case OPT_BOOL:
-        if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0 || strcmp(value, "yes") == 0 ||
-            strcmp(value, "on") == 0) {
-            *(bool *) field = true;
-            return 0;
-        }
-        if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0 || strcmp(value, "no") == 0 ||
-            strcmp(value, "off") == 0) {
-            *(bool *) field = false;
+    case OPT_BOOL: {
+        int b = bool_word(value);
+        if (b >= 0) {
+            *(bool *) field = b == 1;
             return 0;
         }
         expected = "true or false";
         break;
+    }
     case OPT_LOGLEVEL: {
         int lvl = log_level_parse(value);
         if (lvl >= 0) {
@@ -284,9 +294,14 @@ int options_load_args(const struct options_spec *spec, void *cfg, int argc, char
             snprintf(err, errlen, "unknown option --%.*s (see --help)", (int) nlen, name);
             return -1;
         }
+        /* A boolean takes its value from the next word only when that word
+         * is one (--failover-slot true, as --help shows it); alone, or
+         * before another option, it means true. No program here takes a
+         * positional argument, so a bool word after it has no other use. */
         const char *value = eq ? eq + 1
-                          : o->kind == OPT_BOOL ? "true"
-                          : (i + 1 < argc ? argv[++i] : NULL);
+                          : o->kind != OPT_BOOL ? (i + 1 < argc ? argv[++i] : NULL)
+                          : i + 1 < argc && bool_word(argv[i + 1]) >= 0 ? argv[++i]
+                                                                        : "true";
         if (value == NULL) {
             snprintf(err, errlen, "--%s needs a value (%s)", o->name, o->arg ? o->arg : "");
             return -1;

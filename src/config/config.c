@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
+#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,7 +131,11 @@ static const struct option_def options[] = {
         "standby: terminate the slot's walsender when its client has been silent this long "
         "(0 = wait for the server's wal_sender_timeout)"),
     OPT("failover-slot", OPT_BOOL, failover_slot, "false", "true|false",
-        "create the slot with FAILOVER so it survives a primary failover (PostgreSQL 17+)"),
+        "create the slot with FAILOVER so a standby keeps a synced copy and the relayer "
+        "follows a promotion (PostgreSQL 17+; --dsn with target_session_attrs=read-write)"),
+    OPT("primary-dsn", OPT_STR, primary_dsn, NULL, "DSN",
+        "decoding on a standby (--dsn a hot standby, PostgreSQL 16+): the primary, for the "
+        "reaper, the heartbeat and pg_log_standby_snapshot() while the slot is created"),
     OPT("recreate-slot", OPT_BOOL, recreate_slot, "false", "true|false",
         "create the slot even though an earlier one made by outbox-relay was dropped or lost "
         "(events committed meanwhile may be missing; see --backfill)"),
@@ -427,6 +432,16 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
         config_kafka_get(cfg, "bootstrap.servers") == NULL) {
         snprintf(err, errlen, "--brokers is required (Kafka bootstrap servers, HOST:PORT[,...])");
         return -1;
+    }
+    if (cfg->primary_dsn != NULL && *cfg->primary_dsn != '\0') {
+        char *errmsg = NULL;
+        PQconninfoOption *opts = PQconninfoParse(cfg->primary_dsn, &errmsg);
+        PQfreemem(errmsg); /* it may quote the DSN, password included */
+        if (opts == NULL) {
+            snprintf(err, errlen, "--primary-dsn is not a valid PostgreSQL connection string");
+            return -1;
+        }
+        PQconninfoFree(opts);
     }
     if (options_check_dsn(cfg->dsn, err, errlen) < 0 ||
         config_check_slot_name(cfg->slot, err, errlen) < 0 ||

@@ -51,6 +51,9 @@ struct metrics *metrics_new(const char *slot)
     m->unlogged = -1;
     m->publication_ok = -1;
     m->publication_row_filter = -1;
+    m->failover_slot = -1;
+    m->failover_protected = -1;
+    m->failover_standby_lag = -1;
     return m;
 }
 
@@ -293,6 +296,30 @@ void metrics_set_plugin_refused(struct metrics *m, const char *why)
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_set_failover_refused(struct metrics *m, const char *why)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->failover_refused = why != NULL;
+    snprintf(m->failover_refused_why, sizeof m->failover_refused_why, "%s", why ? why : "");
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_set_failover(struct metrics *m, int failover_slot, int protected_,
+                          int64_t standby_slots, int64_t inactive, int64_t lag_bytes)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->failover_slot = failover_slot;
+    m->failover_protected = protected_;
+    m->failover_standby_slots = standby_slots;
+    m->failover_standby_inactive = inactive;
+    m->failover_standby_lag = lag_bytes;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_set_publication_filter(struct metrics *m, int filtered)
 {
     if (m == NULL)
@@ -341,6 +368,8 @@ bool metrics_ready(struct metrics *m, int64_t max_lag_bytes, char *why, size_t w
         snprintf(why, whylen, "starting: not connected yet");
     else if (m->plugin_refused)
         snprintf(why, whylen, "not streaming: %s", m->plugin_refused_why);
+    else if (m->failover_refused)
+        snprintf(why, whylen, "not streaming: %s", m->failover_refused_why);
     else if (!m->pg_connected)
         snprintf(why, whylen, "not connected to PostgreSQL");
     else if (!m->streaming)

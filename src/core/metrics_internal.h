@@ -93,6 +93,14 @@ struct metrics {
     bool plugin_refused;  /* the server refuses the slot's output plugin */
     char plugin_refused_why[1024];
     int publication_row_filter; /* pgoutput: 1 a row filter, 0 none, -1 unknown */
+    bool failover_refused; /* after a promotion the slot cannot be streamed safely */
+    char failover_refused_why[1024];
+    int failover_slot;     /* the slot has failover = true: 1, 0, -1 unknown */
+    int failover_protected; /* synchronized_standby_slots holds the relayer
+                               back for a standby: 1, 0, -1 unknown / n.a. */
+    int64_t failover_standby_slots; /* physical slots named there */
+    int64_t failover_standby_inactive; /* of them, no standby connected */
+    int64_t failover_standby_lag;      /* bytes; < 0 unknown */
     char unlogged_fix[256]; /* the ALTER TABLE … SET LOGGED to run */
 
     uint64_t reaped_rows, reap_batches, reap_runs;

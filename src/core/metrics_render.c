@@ -314,6 +314,34 @@ static void render(struct buf *b, const struct metrics *m)
             "1 while the server refuses the slot's output plugin (output_plugin_libraries does "
             "not name it): nothing streams and the slot retains WAL until it is allowed. Must "
             "be 0.", m->plugin_refused ? 1 : 0);
+    gauge_i(b, "outbox_relay_failover_refused",
+            "1 while the relayer refuses to stream after a promotion (the slot is missing on "
+            "the promoted server, or the old primary had no synchronized_standby_slots) or "
+            "finds only a standby's synced copy of the slot: a human must act, the log and "
+            "/readyz say what was found and the fix. Must be 0.", m->failover_refused ? 1 : 0);
+    if (m->failover_slot >= 0)
+        gauge_i(b, "outbox_relay_slot_failover",
+                "1 when the slot has failover = true (PostgreSQL 17+: a standby with "
+                "sync_replication_slots may keep a copy of it).", m->failover_slot);
+    if (m->failover_protected >= 0) {
+        gauge_i(b, "outbox_relay_failover_protected",
+                "Failover slot: 1 while synchronized_standby_slots on the primary names "
+                "physical slots that exist (changes reach the relayer only after that standby "
+                "has their WAL); 0: a promotion may lose what was published. Must be 1. "
+                "Whether the standby holds a synced copy is visible only on the standby.",
+                m->failover_protected);
+        gauge_i(b, "outbox_relay_failover_standby_slots",
+                "Physical slots named in synchronized_standby_slots.",
+                m->failover_standby_slots);
+        gauge_i(b, "outbox_relay_failover_standby_slots_inactive",
+                "Of them, slots no standby is connected to (the relayer waits for them).",
+                m->failover_standby_inactive);
+        if (m->failover_standby_lag >= 0)
+            gauge_i(b, "outbox_relay_failover_standby_lag_bytes",
+                    "The primary's WAL position minus the oldest restart_lsn of those "
+                    "physical slots: how far the standby that syncs the slot is behind.",
+                    m->failover_standby_lag);
+    }
     if (m->publication_ok >= 0)
         gauge_i(b, "outbox_relay_publication_ok",
                 "--plugin pgoutput: 1 while the publication serves the outbox (covers it, "

@@ -23,7 +23,7 @@ static void (*const checks[])(struct check_ctx *) = {
     check_role,           check_plugin,         check_keep_size,     check_sender_timeout,
     check_table,          check_columns,        check_logged,        check_indexes,
     check_privileges,     check_bookkeeping,    check_slot,          check_publication,
-    check_contents,       check_kafka,
+    check_failover,       check_contents,       check_kafka,
 };
 
 /* The DSN's password (PQconninfoParse), for scrubbing; malloc'ed or NULL. */

@@ -69,6 +69,10 @@ void check_keep_size(struct check_ctx *c);
 void check_sender_timeout(struct check_ctx *c);
 void check_slot(struct check_ctx *c);
 
+/* check_failover.c: failover slots on a primary, the slot's copy (or the
+ * standby's own slot) on a standby. */
+void check_failover(struct check_ctx *c);
+
 /* check_table.c: the outbox table, its privileges, the bookkeeping tables,
  * the publication, the payloads and types in it. */
 void check_table(struct check_ctx *c);

@@ -32,6 +32,7 @@
 #include "outbox_relay/base/clock.h"
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/core/metrics.h"
+#include "outbox_relay/pg/failover.h"
 #include "outbox_relay/pg/outbox_catalog.h"
 #include "outbox_relay/pg/pg_watchdog.h"
 #include "outbox_relay/pg/pgconn.h"
@@ -71,6 +72,9 @@ struct maint {
     char row_filter[512];  /* the row filter it saw then; "" none */
     double last_conn_warn;
     double last_query_warn;
+    int on_standby;    /* --dsn is a hot standby (decoding on a standby): 1, 0, -1 unknown */
+    PGconn *primary;   /* --primary-dsn, for the writes on a standby; NULL */
+    PGconn *reap_conn; /* the reaper's (mark's) connection while it runs; NULL */
 };
 
 static bool stopping(struct maint *mt)
@@ -155,6 +159,26 @@ static PGresult *query(struct maint *mt, const char *what, const char *sql, int 
 
 static int64_t check_logged(struct maint *mt);
 static int check_publication(struct maint *mt);
+static void note_standby(struct maint *mt);
+
+/* PostgreSQL 17+: the slot's failover protection (failover.h) into
+ * metrics. Whether a standby holds a synced copy cannot be seen from the
+ * primary; what can is said. */
+static void poll_failover(struct maint *mt)
+{
+    if (PQserverVersion(mt->conn) < 170000)
+        return;
+    struct failover_info fi;
+    char why[1024];
+    if (failover_probe(mt->conn, mt->cfg->slot, QUERY_TIMEOUT, &fi, why, sizeof why) < 0) {
+        log_debug("maintenance: reading the failover settings failed: %s", why);
+        return;
+    }
+    enum failover_verdict v = failover_judge(&fi, mt->cfg->slot, why, sizeof why);
+    metrics_set_failover(mt->m, fi.slot_exists ? fi.failover : -1,
+                         v == FAILOVER_NOT_USED ? -1 : v == FAILOVER_PROTECTED,
+                         fi.named, fi.inactive, fi.standby_lag_bytes);
+}
 
 /* The slot's lag, WAL status and safe size, the table's row estimate, and
  * whether every table of the outbox writes WAL, into metrics. */
@@ -163,7 +187,9 @@ static void poll_slot(struct maint *mt)
     const char *p1[] = {mt->cfg->slot};
     PGresult *res = query(mt, "polling the slot",
                           "SELECT wal_status, safe_wal_size, "
-                          "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                          "pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN "
+                          "pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, "
+                          "confirmed_flush_lsn)::bigint "
                           "FROM pg_replication_slots WHERE slot_name = $1",
                           1, p1);
     if (res == NULL)
@@ -190,6 +216,8 @@ static void poll_slot(struct maint *mt)
     PQclear(res);
     check_logged(mt);
     check_publication(mt);
+    poll_failover(mt);
+    note_standby(mt);
 }
 
 /* Checks that the outbox's tables write WAL; returns how many do not (-1
@@ -290,9 +318,78 @@ static int check_publication(struct maint *mt)
     return ok;
 }
 
+/* Decoding on a standby: what needs the primary. Asked at every poll (a
+ * promotion turns it off); said when it changes. The reaper and its marks
+ * write, so they pause on a standby; the heartbeat goes through
+ * --primary-dsn, and without it is off. */
+static void note_standby(struct maint *mt)
+{
+    PGresult *res = query(mt, "asking whether the server is a standby",
+                          "SELECT pg_is_in_recovery()", 0, NULL);
+    if (res == NULL)
+        return;
+    int standby = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    bool primary_dsn = mt->cfg->primary_dsn != NULL && *mt->cfg->primary_dsn != '\0';
+    if (standby && mt->on_standby != 1 && primary_dsn)
+        log_info("maintenance: --dsn is a standby (decoding on a standby): the reaper deletes "
+                 "and the heartbeat writes on the primary (--primary-dsn), by the position of "
+                 "the slot on the standby");
+    else if (standby && mt->on_standby != 1)
+        log_warn("maintenance: --dsn is a standby (decoding on a standby) and there is no "
+                 "--primary-dsn: the reaper, its marks and the heartbeat are off (they write on "
+                 "the primary); delivered rows stay in the table, and an idle primary holds the "
+                 "standby's slot back");
+    else if (!standby && mt->on_standby == 1)
+        log_info("maintenance: the server is no longer a standby (promoted): the reaper and "
+                 "the heartbeat run on it");
+    if (!standby && mt->primary != NULL) {
+        PQfinish(mt->primary);
+        mt->primary = NULL;
+    }
+    mt->on_standby = standby;
+}
+
+/* Where the writes go: --dsn, or on a standby the primary (--primary-dsn,
+ * connected on demand); NULL when there is none (a standby without
+ * --primary-dsn, or the primary unreachable: said at debug level, the
+ * next due step tries again). */
+static PGconn *writer(struct maint *mt)
+{
+    if (mt->on_standby != 1)
+        return mt->conn;
+    if (mt->cfg->primary_dsn == NULL || *mt->cfg->primary_dsn == '\0')
+        return NULL;
+    char msg[512];
+    if (mt->primary != NULL && PQstatus(mt->primary) != CONNECTION_OK) {
+        PQfinish(mt->primary);
+        mt->primary = NULL;
+    }
+    if (mt->primary == NULL)
+        mt->primary = pgconn_open_interruptible(mt->cfg->primary_dsn, "outbox-relay maintenance",
+                                                CONNECT_TIMEOUT, stopping_cb, mt, msg,
+                                                sizeof msg);
+    if (mt->primary == NULL)
+        log_debug("maintenance: cannot connect to --primary-dsn: %s", msg);
+    return mt->primary;
+}
+
 static void heartbeat(struct maint *mt)
 {
     const char *p[] = {MAINT_HEARTBEAT_PREFIX};
+    if (mt->on_standby == 1) {
+        char msg[512];
+        PGconn *primary = writer(mt);
+        /* Inside the reaper's transaction there (a tick): skip this beat. */
+        if (primary == NULL || PQtransactionStatus(primary) != PQTRANS_IDLE)
+            return;
+        PGresult *res = pgconn_exec(primary, "SELECT pg_logical_emit_message(false, $1, '')",
+                                    1, p, QUERY_TIMEOUT, msg, sizeof msg);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+            log_debug("maintenance: heartbeat on --primary-dsn failed: %s", msg);
+        PQclear(res);
+        return;
+    }
     PGresult *res = query(mt, "heartbeat", "SELECT pg_logical_emit_message(false, $1, '')", 1, p);
     if (res == NULL && PQstatus(mt->conn) == CONNECTION_OK && !stopping(mt)) {
         /* Not a lost connection: permissions, a read-only server. It will
@@ -361,7 +458,8 @@ static bool reaper_should_stop(void *arg)
 static void reap_progress(struct maint *mt)
 {
     if (mt->watchdog != NULL)
-        pg_watchdog_arm(mt->watchdog, mt->conn, REAP_STALL_TIMEOUT);
+        pg_watchdog_arm(mt->watchdog, mt->reap_conn != NULL ? mt->reap_conn : mt->conn,
+                        REAP_STALL_TIMEOUT);
 }
 
 /* The reaper's statements are done: nothing to bound until the next. */
@@ -403,9 +501,15 @@ static int reap(struct maint *mt)
                                 .stop_arg = mt, .metrics = mt->m};
     struct reaper_result res;
     char err[REAPER_ERRLEN];
+    PGconn *conn = writer(mt);
+    if (conn == NULL)
+        return REAPER_RETRY;
+    ro.slot_conn = conn != mt->conn ? mt->conn : NULL;
+    mt->reap_conn = conn;
     reap_progress(mt);
-    int rc = reaper_run(mt->conn, &ro, &res, err, sizeof err);
+    int rc = reaper_run(conn, &ro, &res, err, sizeof err);
     reap_done(mt);
+    mt->reap_conn = NULL;
     if (res.off) {
         log_debug("reaper: off (--retention %s)", cfg->retention);
         return rc;
@@ -454,9 +558,15 @@ static int reap(struct maint *mt)
 static void take_mark(struct maint *mt)
 {
     char err[REAPER_ERRLEN];
+    PGconn *conn = writer(mt);
+    if (conn == NULL)
+        return;
+    mt->reap_conn = conn;
     reap_progress(mt); /* its statements block: the watchdog bounds them */
-    int rc = reaper_take_mark(mt->conn, mt->cfg->slot, NULL, err, sizeof err);
+    int rc = reaper_take_mark_on(conn, conn != mt->conn ? mt->conn : NULL, mt->cfg->slot, NULL,
+                                 err, sizeof err);
     reap_done(mt);
+    mt->reap_conn = NULL;
     if (rc == REAPER_FATAL && !mt->marks_warned && !stopping(mt)) {
         log_warn("reaper: %s; while the slot lags nothing can be reaped (run "
                  "sql/003_relay_role.sql to create the table and its grants)", err);
@@ -508,6 +618,11 @@ static void *maint_main(void *arg)
         }
 
         run_due(mt);
+        if (mt->on_standby == 1 && (cfg->primary_dsn == NULL || *cfg->primary_dsn == '\0')) {
+            /* nowhere to write: see note_standby */
+            mt->next_mark = mono_now() + MAINT_MARK_INTERVAL;
+            mt->next_reap = mono_now() + cfg->reap_interval;
+        }
         if (mono_now() >= mt->next_mark && PQstatus(mt->conn) == CONNECTION_OK) {
             take_mark(mt);
             mt->next_mark = mono_now() + MAINT_MARK_INTERVAL;
@@ -544,6 +659,8 @@ static void *maint_main(void *arg)
     }
     if (mt->conn != NULL)
         disconnect(mt);
+    PQfinish(mt->primary);
+    mt->primary = NULL;
     pthread_mutex_lock(&mt->mu);
     mt->done = true;
     pthread_cond_broadcast(&mt->cv);
@@ -574,6 +691,7 @@ struct maint *maint_start(const struct relay_config *cfg, volatile sig_atomic_t 
     mt->last_conn_warn = mt->last_query_warn = -WARN_EVERY; /* the first one is said */
     mt->unlogged = -1;
     mt->publication_ok = -1;
+    mt->on_standby = -1;
     atomic_init(&mt->stop, false);
     /* Quoted for to_regclass; the parts were validated as plain
      * identifiers by the configuration. */

@@ -113,9 +113,9 @@ static int check_slot(struct reap *r)
 {
     const char *p[] = {r->slot};
     int rc = REAPER_OK;
-    PGresult *pr = reap_exec(r, PGRES_TUPLES_OK, &rc, "checking the slot",
-                             "SELECT database IS NOT DISTINCT FROM current_database() FROM "
-                             "pg_replication_slots WHERE slot_name = $1", 1, p);
+    PGresult *pr = reap_slot_exec(r, PGRES_TUPLES_OK, &rc, "checking the slot",
+                                  "SELECT database IS NOT DISTINCT FROM current_database() "
+                                  "FROM pg_replication_slots WHERE slot_name = $1", 1, p);
     if (pr == NULL)
         return rc;
     if (PQntuples(pr) == 0)
@@ -261,8 +261,8 @@ static int note_held_back(struct reap *r, const struct reap_table *t)
 int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_result *res,
                char *err, size_t errlen)
 {
-    struct reap r = {.conn = conn, .o = opts, .res = res, .err = err, .errlen = errlen,
-                     .slot = opts->slot};
+    struct reap r = {.conn = conn, .slot_conn = opts->slot_conn, .o = opts, .res = res,
+                     .err = err, .errlen = errlen, .slot = opts->slot};
     struct reap_table t = {.qtable = NULL};
     double started = mono_now();
     const char *created_at_name =

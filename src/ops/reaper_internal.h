@@ -47,6 +47,8 @@
  * result being filled, the caller's error buffer. */
 struct reap {
     PGconn *conn;
+    PGconn *slot_conn; /* where the slot is read (reaper_options.slot_conn);
+                          NULL: conn */
     const struct reaper_options *o; /* NULL in reaper_take_mark */
     struct reaper_result *res;
     char *err;
@@ -107,6 +109,11 @@ int reap_result_lsn(struct reap *r, PGresult *res, int col, lsn_t *out);
 int reap_backfill_holds(struct reap *r);
 
 /* --- reaper_marks.c ------------------------------------------------------ */
+
+/* Runs sql (text parameters) where the slot lives (r->slot_conn, else
+ * r->conn), as reap_exec does. */
+PGresult *reap_slot_exec(struct reap *r, ExecStatusType want, int *rc, const char *what,
+                         const char *sql, int nparams, const char *const *params);
 
 /* Polls the slot until confirmed_flush_lsn >= lsn. Returns
  * 1 when it is, 0 when confirm_wait ran out or a stop was asked, negative

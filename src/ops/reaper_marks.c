@@ -25,6 +25,19 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
+PGresult *reap_slot_exec(struct reap *r, ExecStatusType want, int *rc, const char *what,
+                         const char *sql, int nparams, const char *const *params)
+{
+    if (r->slot_conn == NULL)
+        return reap_exec(r, want, rc, what, sql, nparams, params);
+    /* reap_exec says why with r->conn's message: point it at the slot's. */
+    PGconn *own = r->conn;
+    r->conn = r->slot_conn;
+    PGresult *res = reap_exec(r, want, rc, what, sql, nparams, params);
+    r->conn = own;
+    return res;
+}
+
 /* The slot's confirmed_flush_lsn into *out. Returns 0, or a negative
  * reaper_rc: no such slot (RETRY: the relayer creates it on first start),
  * a slot without a confirmed position (FATAL: physical slot). */
@@ -32,10 +45,10 @@ static int slot_confirmed(struct reap *r, lsn_t *out)
 {
     const char *params[] = {r->slot};
     int rc = REAPER_OK;
-    PGresult *res = reap_exec(r, PGRES_TUPLES_OK, &rc, "reading the slot",
-                              "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                              "WHERE slot_name = $1",
-                              1, params);
+    PGresult *res = reap_slot_exec(r, PGRES_TUPLES_OK, &rc, "reading the slot",
+                                   "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                   "WHERE slot_name = $1",
+                                   1, params);
     if (res == NULL)
         return rc;
     if (PQntuples(res) == 0) {
@@ -117,9 +130,34 @@ int reap_take_mark(struct reap *r, struct reaper_mark *m)
     if (res == NULL || (rc = reap_result_lsn(r, res, 0, &m->insert_lsn)) < 0)
         goto fail;
     PQclear(res);
+    res = NULL;
 
     snprintf(lsn, sizeof lsn, LSN_FMT, LSN_ARGS(m->insert_lsn));
     snprintf(x, sizeof x, "%llu", (unsigned long long) m->xmin);
+    if (r->slot_conn != NULL) {
+        /* The slot is elsewhere: its position is read there, and the mark
+         * is stored (bounded as below) only while the slot exists. */
+        lsn_t confirmed = 0;
+        char clsn[32];
+        rc = slot_confirmed(r, &confirmed);
+        if (rc < 0 && PQstatus(r->slot_conn) == CONNECTION_OK &&
+            PQstatus(r->conn) == CONNECTION_OK) {
+            r->err[0] = '\0';
+            rc = reap_command(r, "COMMIT", "COMMIT"); /* taken, not stored: no slot */
+            return rc < 0 ? rc : 1;
+        }
+        if (rc < 0)
+            goto fail;
+        snprintf(clsn, sizeof clsn, LSN_FMT, LSN_ARGS(confirmed));
+        const char *q[] = {r->slot, lsn, x, clsn};
+        res = PQexecParams(r->conn,
+                           "INSERT INTO " REAPER_MARKS_TABLE " (slot_name, insert_lsn, "
+                           "snapshot_xmin) SELECT $1::text, $2::pg_lsn, $3::xid8 "
+                           "WHERE (SELECT count(*) FROM " REAPER_MARKS_TABLE " m WHERE "
+                           "m.slot_name = $1::text AND m.insert_lsn > $4::pg_lsn) < "
+                           STR(REAPER_MARKS_MAX) " ON CONFLICT DO NOTHING",
+                           4, NULL, q, NULL, NULL, 0);
+    } else {
     const char *p[] = {r->slot, lsn, x};
     res = PQexecParams(r->conn,
                        "INSERT INTO " REAPER_MARKS_TABLE " (slot_name, insert_lsn, snapshot_xmin) "
@@ -129,6 +167,7 @@ int reap_take_mark(struct reap *r, struct reaper_mark *m)
                        "AND m.insert_lsn > coalesce(s.confirmed_flush_lsn, '0/0')) < "
                        STR(REAPER_MARKS_MAX) " ON CONFLICT DO NOTHING",
                        3, NULL, p, NULL, NULL, 0);
+    }
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         bool lost = PQstatus(r->conn) != CONNECTION_OK;
         /* 0: the mark is taken (and valid for this run), just not kept. */
@@ -154,9 +193,28 @@ fail:
  * later choice is that one or a newer mark), and those of an earlier slot
  * of the same name. Errors are ignored: pruning only keeps the table
  * small. */
+#define PRUNE_BEST                                                                        \
+    "best AS (SELECT max(m.snapshot_xmin) AS x FROM " REAPER_MARKS_TABLE " m, c WHERE "       \
+    "m.slot_name = $1 AND m.insert_lsn <= c.lsn AND m.insert_lsn >= " SLOT_CREATED ") "       \
+    "DELETE FROM " REAPER_MARKS_TABLE " m USING c, best WHERE m.slot_name = $1 AND "          \
+    "(m.insert_lsn < " SLOT_CREATED " OR (m.insert_lsn <= c.lsn AND m.snapshot_xmin < best.x))"
+
 void reap_prune_marks(struct reap *r)
 {
     const char *p[] = {r->slot};
+    if (r->slot_conn != NULL) { /* the slot's position read where it lives */
+        lsn_t confirmed = 0;
+        char clsn[32];
+        if (slot_confirmed(r, &confirmed) < 0) {
+            r->err[0] = '\0';
+            return;
+        }
+        snprintf(clsn, sizeof clsn, LSN_FMT, LSN_ARGS(confirmed));
+        const char *q[] = {r->slot, clsn};
+        PQclear(PQexecParams(r->conn, "WITH c AS (SELECT $2::pg_lsn AS lsn), " PRUNE_BEST, 2,
+                             NULL, q, NULL, NULL, 0));
+        return;
+    }
     PQclear(PQexecParams(r->conn,
                          "WITH c AS (SELECT confirmed_flush_lsn AS lsn FROM pg_replication_slots "
                          "WHERE slot_name = $1), best AS (SELECT max(m.snapshot_xmin) AS x FROM "
@@ -171,8 +229,15 @@ void reap_prune_marks(struct reap *r)
 int reaper_take_mark(PGconn *conn, const char *slot, struct reaper_mark *mark, char *err,
                      size_t errlen)
 {
+    return reaper_take_mark_on(conn, NULL, slot, mark, err, errlen);
+}
+
+int reaper_take_mark_on(PGconn *conn, PGconn *slot_conn, const char *slot,
+                        struct reaper_mark *mark, char *err, size_t errlen)
+{
     struct reaper_mark m = {0};
-    struct reap r = {.conn = conn, .err = err, .errlen = errlen, .slot = slot};
+    struct reap r = {.conn = conn, .slot_conn = slot_conn, .err = err, .errlen = errlen,
+                     .slot = slot};
     err[0] = '\0';
     if (PQstatus(conn) != CONNECTION_OK)
         return reap_err(&r, REAPER_RETRY, "reaper: not connected to PostgreSQL");

@@ -19,6 +19,7 @@
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/ops/maint.h"
 #include "outbox_relay/pg/outbox_catalog.h"
+#include "outbox_relay/pg/failover.h"
 #include "outbox_relay/pg/pgconn.h"
 #include "outbox_relay/pg/plugin.h"
 #include "outbox_relay/pg/publication.h"
@@ -107,7 +108,8 @@ static int report_slot(PGconn *conn, const struct relay_config *cfg, struct verd
     snprintf(sql, sizeof sql,
              "SELECT s.plugin, s.database, s.database = current_database(), "
              "s.active, s.active_pid, s.confirmed_flush_lsn::text, "
-             "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, "
+             "pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+             "ELSE pg_current_wal_lsn() END, s.confirmed_flush_lsn)::bigint, "
              "s.wal_status, s.safe_wal_size, r.pid IS NOT NULL, "
              "r.sent_lsn IS NOT NULL, extract(epoch FROM r.flush_lag), "
              "r.flush_lsn >= r.sent_lsn, %s, %s "
@@ -305,6 +307,48 @@ static int report_publication(PGconn *conn, const struct relay_config *cfg, stru
     return 0;
 }
 
+/* PostgreSQL 17+: the slot's failover protection (failover.h), as far as
+ * the server asked can see it. Never fails the report: an unreadable
+ * setting is said. */
+static void report_failover(PGconn *conn, const struct relay_config *cfg, struct verdict *v)
+{
+    if (PQserverVersion(conn) < 170000)
+        return;
+    struct failover_info fi;
+    char why[1024], h[HUMAN_LEN];
+    if (failover_probe(conn, cfg->slot, STATUS_QUERY_TIMEOUT, &fi, why, sizeof why) < 0) {
+        fprintf(v->out, "%" KEYW "s unknown (%s)\n", "failover", why);
+        return;
+    }
+    if (!fi.slot_exists)
+        return;
+    if (fi.in_recovery) {
+        fprintf(v->out, "%" KEYW "s %s\n", "failover",
+                fi.synced ? (fi.temporary ? "this standby holds a synced copy, not yet "
+                                            "persisted (it would be dropped at a promotion)"
+                                          : "this standby holds a synced copy of the slot")
+                          : "the slot is this standby's own (decoding on a standby)");
+        return;
+    }
+    enum failover_verdict fv = failover_judge(&fi, cfg->slot, why, sizeof why);
+    if (fv == FAILOVER_NOT_USED) {
+        fprintf(v->out, "%" KEYW "s %s\n", "failover",
+                "no (the slot is not a failover slot: it is lost if a standby is promoted)");
+        return;
+    }
+    fprintf(v->out, "%" KEYW "s yes; synchronized_standby_slots = '%s'\n", "failover",
+            fi.standby_slots);
+    if (fi.standby_lag_bytes >= 0)
+        fprintf(v->out, "%" KEYW "s %lld (%s; a standby's synced copy of the slot is visible "
+                "only on the standby)\n", "standby_lag_bytes", (long long) fi.standby_lag_bytes,
+                human_bytes(fi.standby_lag_bytes, h, sizeof h));
+    if (fv != FAILOVER_PROTECTED)
+        unhealthy(v, "%s", why);
+    else if (fi.inactive > 0)
+        fprintf(v->out, "%" KEYW "s %d of the physical slots named have no standby connected: "
+                "the relayer waits for them\n", "standby_inactive", fi.inactive);
+}
+
 int status_run(const struct relay_config *cfg, FILE *out)
 {
     struct verdict v = {.out = out};
@@ -318,6 +362,8 @@ int status_run(const struct relay_config *cfg, FILE *out)
     int rc = report_server(conn, &v);
     if (rc == 0)
         rc = report_slot(conn, cfg, &v);
+    if (rc == 0)
+        report_failover(conn, cfg, &v);
     if (rc == 0)
         rc = report_table(conn, cfg, &v);
     if (rc == 0)

@@ -8,11 +8,14 @@
  */
 #include "outbox_relay/pg/slot.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "outbox_relay/base/clock.h"
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/pg/outbox_catalog.h"
 #include "outbox_relay/pg/pgconn.h"
@@ -109,6 +112,9 @@ int slot_check_server(struct slot *s)
     if (res == NULL)
         return error_rc(s);
     bool has_db = PQnfields(res) >= 4 && PQntuples(res) == 1 && !PQgetisnull(res, 0, 3);
+    s->timeline = PQnfields(res) >= 2 && PQntuples(res) == 1
+                      ? (unsigned) strtoul(PQgetvalue(res, 0, 1), NULL, 10)
+                      : 0;
     PQclear(res);
     if (!has_db)
         return slot_fail(s, STREAM_FATAL,
@@ -261,9 +267,11 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
      * idle_replication_slot_timeout, which leaves wal_status as it was. */
     snprintf(sql, sizeof sql,
              "SELECT plugin, slot_type, database, database = current_database(), active, "
-             "active_pid, wal_status, confirmed_flush_lsn, %s FROM pg_replication_slots "
-             "WHERE slot_name = %s",
-             PQserverVersion(s->conn) >= 170000 ? "invalidation_reason" : "NULL::text", lit);
+             "active_pid, wal_status, confirmed_flush_lsn, %s, pg_is_in_recovery() "
+             "FROM pg_replication_slots WHERE slot_name = %s",
+             PQserverVersion(s->conn) >= 170000 ? "invalidation_reason, synced"
+                                                : "NULL::text, false",
+             lit);
     PQfreemem(lit);
     PGresult *res = query(s, sql, "looking up the slot in pg_replication_slots");
     if (res == NULL)
@@ -272,6 +280,11 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
     int rc = STREAM_OK;
     if (PQntuples(res) == 0) {
         *exists = false;
+        PQclear(res);
+        res = query(s, "SELECT pg_is_in_recovery()", "asking whether the server is a standby");
+        if (res == NULL)
+            return error_rc(s);
+        s->in_recovery = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
         goto done;
     }
     *exists = true;
@@ -284,7 +297,19 @@ int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed)
     const char *wal_status = PQgetvalue(res, 0, 6);
     const char *flush = PQgetvalue(res, 0, 7);
 
-    if (strcmp(type, "logical") != 0) {
+    bool synced_copy = strcmp(PQgetvalue(res, 0, 9), "t") == 0 &&
+                       strcmp(PQgetvalue(res, 0, 10), "t") == 0;
+    s->in_recovery = strcmp(PQgetvalue(res, 0, 10), "t") == 0;
+
+    if (synced_copy) {
+        rc = slot_fail(s, STREAM_FAILOVER,
+                       "slot=%s on this server is a copy synced from the primary (the server "
+                       "is a standby, pg_replication_slots.synced = true): it cannot be "
+                       "streamed before this standby is promoted. Point --dsn at the primary; "
+                       "with a list of hosts add target_session_attrs=read-write (or primary) "
+                       "so that the connection skips standbys",
+                       s->name);
+    } else if (strcmp(type, "logical") != 0) {
         rc = slot_fail(s, STREAM_FATAL,
                        "slot=%s is a %s slot, not a logical one: choose another "
                        "--slot",
@@ -374,6 +399,68 @@ int slot_build_create_command(const char *name, const char *plugin, int server_v
     return n < 0 || (size_t) n >= cap ? -1 : n;
 }
 
+#define STANDBY_CREATE_WAIT 300.0 /* s a slot's creation on a standby may take */
+
+/* Runs CREATE_REPLICATION_SLOT (sql) on a standby. There it waits for the
+ * primary's next running-transactions record (logged every 15 s while the
+ * primary writes, never while it is idle); with --primary-dsn it asks the
+ * primary for one with pg_log_standby_snapshot() every second until the
+ * command returns. Returns the command's result, like PQexec. */
+static PGresult *create_on_standby(struct slot *s, const char *sql)
+{
+    if (s->primary_dsn == NULL || *s->primary_dsn == '\0') {
+        log_info("slot=%s: creating the slot on a standby: it waits for the primary's next "
+                 "running-transactions record (within about 15 s while the primary writes, "
+                 "never while it is idle; give --primary-dsn to have one logged at once)",
+                 s->name);
+        return PQexec(s->conn, sql);
+    }
+    char err[SLOT_MSGLEN];
+    PGconn *primary = pgconn_open(s->primary_dsn, "outbox-relay standby snapshot", err,
+                                  sizeof err);
+    if (primary == NULL)
+        log_warn("slot=%s: cannot connect to --primary-dsn for pg_log_standby_snapshot() (%s); "
+                 "waiting for the primary's own running-transactions record", s->name, err);
+    if (PQsendQuery(s->conn, sql) == 0) {
+        PQfinish(primary);
+        return NULL;
+    }
+    double end = mono_now() + STANDBY_CREATE_WAIT;
+    bool warned = false;
+    while (PQisBusy(s->conn) && mono_now() < end) {
+        if (primary != NULL) {
+            PGresult *r = pgconn_exec(primary, "SELECT pg_log_standby_snapshot()", 0, NULL,
+                                      s->query_timeout, err, sizeof err);
+            if (PQresultStatus(r) != PGRES_TUPLES_OK && !warned) {
+                log_warn("slot=%s: pg_log_standby_snapshot() on --primary-dsn failed: %s",
+                         s->name, err);
+                warned = true;
+            }
+            PQclear(r);
+        }
+        struct pollfd pfd = {.fd = PQsocket(s->conn), .events = POLLIN};
+        if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
+            break;
+        if (PQconsumeInput(s->conn) == 0)
+            break;
+    }
+    PQfinish(primary);
+    if (PQisBusy(s->conn) && PQstatus(s->conn) == CONNECTION_OK) {
+        PGcancel *c = PQgetCancel(s->conn);
+        if (c != NULL) {
+            char e[128];
+            PQcancel(c, e, sizeof e);
+            PQfreeCancel(c);
+        }
+    }
+    PGresult *last = NULL, *r;
+    while ((r = PQgetResult(s->conn)) != NULL) {
+        PQclear(last);
+        last = r;
+    }
+    return last;
+}
+
 /* Creates the slot. When on_creating asks for it, exports the snapshot of
  * the slot's consistent point and hands it to on_created before anything
  * else runs on this connection (running a command would end the
@@ -413,7 +500,7 @@ static int create_new(struct slot *s)
                                   s->failover_slot, sql, sizeof sql) < 0)
         return slot_fail(s, STREAM_FATAL, "slot=%s: CREATE_REPLICATION_SLOT command too long",
                          s->name);
-    PGresult *res = PQexec(s->conn, sql);
+    PGresult *res = s->in_recovery ? create_on_standby(s, sql) : PQexec(s->conn, sql);
     int rc = STREAM_OK;
     if (PQresultStatus(res) == PGRES_TUPLES_OK && export_snapshot) {
         char name[128] = "", err[SLOT_MSGLEN] = "";
@@ -583,14 +670,27 @@ static void record_slot(struct slot *s, lsn_t lsn)
              "SET created_lsn = EXCLUDED.created_lsn, created_at = now()",
              lit, LSN_ARGS(lsn));
     PQfreemem(lit);
-    PGresult *res = slot_exec(s, sql);
+    /* On a standby the table is read-only: it is written on the primary,
+     * and the standby reads it back as it replays. */
+    bool on_primary = s->in_recovery && s->primary_dsn != NULL && *s->primary_dsn != '\0';
+    char msg[SLOT_MSGLEN] = "";
+    PGconn *primary = on_primary ? pgconn_open(s->primary_dsn, "outbox-relay", msg, sizeof msg)
+                                 : NULL;
+    PGconn *conn = on_primary ? primary : s->conn;
+    PGresult *res = conn == NULL ? NULL
+                    : on_primary ? pgconn_exec(conn, sql, 0, NULL, s->query_timeout, msg,
+                                               sizeof msg)
+                                 : slot_exec(s, sql);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        char msg[SLOT_MSGLEN];
-        pgconn_failure(s->conn, res, msg, sizeof msg);
-        log_warn("slot=%s: cannot record the new slot in public.outbox_relay_slots (%s); a "
-                 "later drop of the slot would go unnoticed by a restart", s->name, msg);
+        if (conn != NULL)
+            pgconn_failure(conn, res, msg, sizeof msg);
+        log_warn("slot=%s: cannot record the new slot in public.outbox_relay_slots (%s%s); a "
+                 "later drop of the slot would go unnoticed by a restart", s->name, msg,
+                 s->in_recovery && !on_primary
+                     ? ": on a standby it is written through --primary-dsn" : "");
     }
     PQclear(res);
+    PQfinish(primary);
 }
 
 int slot_create(struct slot *s, lsn_t *confirmed, bool *created)

@@ -18,6 +18,7 @@
 
 #include "outbox_relay/base/clock.h"
 #include "outbox_relay/decode/decoder.h"
+#include "outbox_relay/pg/failover.h"
 #include "outbox_relay/pg/layout.h"
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/pg/pgconn.h"
@@ -34,6 +35,7 @@ struct stream {
     char *table_name;
     char *message_prefix;
     char *publication;
+    char *primary_dsn;
     bool create_slot;
     struct decoder *own_decoder;      /* when the options named none */
     const struct decoder *decoder;    /* the output plugin (decoder.h) */
@@ -46,6 +48,10 @@ struct stream {
     bool publication_skipped; /* the server warned that pgoutput skipped our
                                  publication (see on_notice) */
     char notice[512];         /* that warning */
+    unsigned streamed_tli;    /* the server's timeline when replication last
+                                 started (0: never): another one at a
+                                 reconnect means a promotion (failover.h) */
+    int verdict;              /* failover_judge's at the last start; -1 none */
     char errstr[STREAM_ERRLEN];
 };
 
@@ -66,7 +72,9 @@ struct stream *stream_new(const struct stream_options *opts)
     s->message_prefix = dup_or_empty(opts->message_prefix);
     s->publication = dup_or_empty(opts->publication && *opts->publication ? opts->publication
                                                                           : "outbox_relay");
+    s->primary_dsn = opts->primary_dsn && *opts->primary_dsn ? strdup(opts->primary_dsn) : NULL;
     s->create_slot = opts->create_slot;
+    s->verdict = -1;
     s->decoder = opts->decoder;
     s->columns = opts->columns;
     if (s->decoder == NULL)
@@ -83,6 +91,7 @@ struct stream *stream_new(const struct stream_options *opts)
                              .plugin_auto = opts->plugin_auto,
                              .recreate_slot = opts->recreate_slot,
                              .failover_slot = opts->failover_slot,
+                             .primary_dsn = s->primary_dsn,
                              .takeover_after = opts->takeover_after,
                              .query_timeout = opts->query_timeout,
                              .on_creating = opts->on_creating, .on_created = opts->on_created,
@@ -102,6 +111,7 @@ void stream_free(struct stream *s)
     free(s->table_name);
     free(s->message_prefix);
     free(s->publication);
+    free(s->primary_dsn);
     decoder_free(s->own_decoder);
     free(s);
 }
@@ -325,8 +335,48 @@ static int start_replication(struct stream *s, lsn_t start)
                 LSN_ARGS(start), msg);
 }
 
+/* The server is on another timeline than the one last streamed from: a
+ * standby was promoted (failover.h). Refuses (STREAM_FAILOVER) what cannot
+ * go on safely; otherwise sets *from_slot: the relayer's memory of what it
+ * confirmed belongs to the old timeline and may be past what the promoted
+ * server has, so the slot's own position is where to go on. */
+static int after_promotion(struct stream *s, bool exists, bool *from_slot)
+{
+    char why[STREAM_ERRLEN];
+    enum failover_resume r =
+        failover_after_promotion(s->slot, exists, s->verdict == FAILOVER_UNPROTECTED,
+                                 s->streamed_tli, s->admin.timeline, why, sizeof why);
+    if (r != FAILOVER_RESUME_FROM_SLOT)
+        return fail(s, STREAM_FAILOVER, "%s", why);
+    log_warn("%s", why);
+    *from_slot = true;
+    return STREAM_OK;
+}
+
+/* PostgreSQL 17+, a slot that exists: how its failover protection stands
+ * (failover.h), said when it changes; kept for after_promotion. A probe
+ * that fails is only logged: it decides nothing here. */
+static void judge_failover(struct stream *s)
+{
+    if (PQserverVersion(s->conn) < 170000)
+        return;
+    struct failover_info fi;
+    char why[STREAM_ERRLEN];
+    if (failover_probe(s->conn, s->slot, s->admin.query_timeout, &fi, why, sizeof why) < 0) {
+        log_warn("slot=%s: cannot read its failover settings: %s", s->slot, why);
+        return;
+    }
+    int v = (int) failover_judge(&fi, s->slot, why, sizeof why);
+    if (v != s->verdict && v == FAILOVER_PROTECTED)
+        log_info("%s", why);
+    else if (v != s->verdict && v != FAILOVER_NOT_USED)
+        log_warn("%s", why);
+    s->verdict = v;
+}
+
 int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *created)
 {
+    bool from_slot = false;
     *created = false;
     *slot_confirmed = 0;
     int rc;
@@ -346,6 +396,9 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
     bool exists = false;
     if ((rc = slot_lookup(&s->admin, &exists, slot_confirmed)) != STREAM_OK)
         goto fail;
+    if (s->streamed_tli != 0 && s->admin.timeline != 0 && s->admin.timeline != s->streamed_tli &&
+        (rc = after_promotion(s, exists, &from_slot)) != STREAM_OK)
+        goto fail;
     /* Before the slot: its first change must come after the publication. */
     if (decoder_uses_publication(s->decoder) &&
         (rc = publication_ensure(&s->admin, s->publication, s->partitioned, exists)) !=
@@ -364,8 +417,13 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
     }
     if ((rc = slot_check_backfill_marker(&s->admin)) != STREAM_OK)
         goto fail;
-    if (start < *slot_confirmed)
+    judge_failover(s);
+    if (start < *slot_confirmed || from_slot)
         start = *slot_confirmed;
+    unsigned tli = s->admin.timeline;
+    char host[256];
+    snprintf(host, sizeof host, "%s:%s", PQhost(s->conn) ? PQhost(s->conn) : "",
+             PQport(s->conn) ? PQport(s->conn) : "");
     /* START_REPLICATION on a walsender that has run no SQL: on PostgreSQL
      * 17 and 18 the catalog queries above (the publication's check reads
      * pg_publication_tables, which opens the outbox's relations) leave
@@ -375,12 +433,23 @@ int stream_start(struct stream *s, lsn_t start, lsn_t *slot_confirmed, bool *cre
      * A fresh connection costs one backend start per (re)connect. */
     if ((rc = connect_replication(s)) != STREAM_OK)
         goto fail;
+    /* With a list of hosts, the fresh connection may reach another server
+     * than the one just checked (a failover in between): check again. */
+    char again[sizeof host];
+    snprintf(again, sizeof again, "%s:%s", PQhost(s->conn) ? PQhost(s->conn) : "",
+             PQport(s->conn) ? PQport(s->conn) : "");
+    if (strcmp(host, again) != 0) {
+        rc = fail(s, STREAM_RETRY, "slot=%s: the connection reached %s after checking the slot "
+                  "on %s (a failover?): checking again", s->slot, again, host);
+        goto fail;
+    }
     if ((rc = start_replication(s, start)) != STREAM_OK)
         goto fail;
     if (PQsetnonblocking(s->conn, 1) != 0) {
         rc = fail(s, STREAM_RETRY, "slot=%s: cannot make the connection non-blocking", s->slot);
         goto fail;
     }
+    s->streamed_tli = tli;
     return STREAM_OK;
 fail:
     if (rc != STREAM_BUSY && rc != STREAM_BACKFILL)

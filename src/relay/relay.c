@@ -92,6 +92,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                 .table_name = cfg->table_name,
                                 .message_prefix = cfg->message_prefix, .create_slot = true,
                                 .failover_slot = cfg->failover_slot,
+                                .primary_dsn = cfg->primary_dsn,
                                 .plugin_auto = cfg->plugin == PLUGIN_AUTO,
                                 .recreate_slot = cfg->recreate_slot,
                                 .takeover_after = cfg->takeover_after,
@@ -283,12 +284,16 @@ static void back_off(struct relay *r, struct run *run, const char *why)
                                                              : run->backoff * 2;
 }
 
-/* The server refuses the output plugin. Not fatal: a reload of the
- * server's configuration cures it, and a relayer that stays up can say why
- * it does not stream. */
-static void wait_refused(struct relay *r, struct run *run)
+/* The server refuses the output plugin (STREAM_REFUSED), or the slot
+ * cannot be streamed safely after a promotion (STREAM_FAILOVER). Not
+ * fatal: a reload of the server's configuration, the old primary's return
+ * or an operator cures it, and a relayer that stays up can say why it
+ * does not stream. */
+static void wait_refused(struct relay *r, struct run *run, int rc)
 {
-    if (r->metrics)
+    if (r->metrics && rc == STREAM_FAILOVER)
+        metrics_set_failover_refused(r->metrics, stream_errstr(r->stream));
+    else if (r->metrics)
         metrics_set_plugin_refused(r->metrics, stream_errstr(r->stream));
     relay_publish_gauges(r, false);
     if (mono_now() - run->refused_logged >= REFUSED_LOG_EVERY) {
@@ -345,12 +350,16 @@ static int start_replication(struct relay *r, struct run *run, lsn_t *slot_confi
         run->exit_code = RELAY_SWITCH_PLUGIN;
         return STEP_END;
     }
-    if (rc == STREAM_REFUSED) {
-        wait_refused(r, run);
+    /* A failover refusal (failover.h) waits the same way: the old primary
+     * may come back, or an operator acts, and /readyz says why meanwhile. */
+    if (rc == STREAM_REFUSED || rc == STREAM_FAILOVER) {
+        wait_refused(r, run, rc);
         return STEP_AGAIN;
     }
-    if (r->metrics)
+    if (r->metrics) {
         metrics_set_plugin_refused(r->metrics, NULL);
+        metrics_set_failover_refused(r->metrics, NULL);
+    }
     if (rc == STREAM_BACKFILL)
         return resume_backfill(r, run);
     if (r->cfg->backfill_pending && !*created && !run->streamed && !run->backfilled &&

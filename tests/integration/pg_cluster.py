@@ -630,6 +630,78 @@ class SlotHolder:
 
 
 
+class PgStandby(PgCluster):
+    """A physical standby of `primary` (same major), made the way a user
+    does: a physical slot on the primary, pg_basebackup -R (which writes
+    primary_conninfo WITHOUT a dbname into postgresql.auto.conf), then the
+    standby started with primary_slot_name and hot_standby_feedback on.
+
+    sync_slots: also sync_replication_slots = on (17+), so the standby keeps
+    copies of the primary's failover slots. conninfo_dbname: set
+    primary_conninfo with dbname (what the slot-sync worker needs); False
+    keeps pg_basebackup's, the common mistake. settings: more -c settings.
+    .promote() makes it a primary. Clean it up with .cleanup() (the
+    fixture that made it); the primary's cleanup does not.
+    """
+
+    def __init__(self, primary, name="standby", slot="standby1", sync_slots=True,
+                 conninfo_dbname=True, settings=None):
+        self.name = name
+        self.without_sql = set()
+        self.install = primary.install
+        self.major = primary.major
+        self.primary = primary
+        self.physical_slot = slot
+        self.port = free_port()
+        self.settings = dict(primary.settings)
+        self.password_auth = None
+        self.dir = self.install.mkdtemp("outbox-%s-" % name)
+        self.datadir = os.path.join(self.dir, "data")
+        self.logfile = os.path.join(self.dir, "postgres.log")
+        self._conns = []
+        self._holders = []
+        self.proc = None
+        self._log = None
+        _register(self)
+        if not primary.scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                              (slot,)):
+            primary.query("SELECT pg_create_physical_replication_slot(%s, true)", (slot,))
+        self.run_tool("pg_basebackup", "-D", self.server_path(self.datadir), "-h", "127.0.0.1",
+                      "-p", primary.port, "-U", "postgres", "-R", "-X", "stream", "-c", "fast",
+                      timeout=120)
+        extra = {"primary_slot_name": slot, "hot_standby_feedback": "on"}
+        if sync_slots:
+            extra["sync_replication_slots"] = "on"
+        if conninfo_dbname:
+            extra["primary_conninfo"] = ("host=127.0.0.1 port=%d user=postgres dbname=postgres "
+                                         "application_name=%s" % (primary.port, name))
+        self._update_settings(extra)
+        self._update_settings(settings)
+        self.start()
+
+    def promote(self, timeout=60):
+        """pg_promote(): returns once the server accepts writes."""
+        self.query("SELECT pg_promote(true, %s)", (timeout,))
+        wait_until(lambda: not self.scalar("SELECT pg_is_in_recovery()"), timeout,
+                   message="%s to be promoted" % self.name)
+
+    def slot_synced(self, slot="outbox_relay"):
+        """True once this standby holds a persisted synced copy of slot."""
+        return bool(self.scalar("SELECT synced AND NOT temporary FROM pg_replication_slots "
+                                "WHERE slot_name = %s", (slot,)))
+
+
+def multi_host_dsn(clusters, dbname="postgres", user="postgres", **extra):
+    """A libpq DSN naming every cluster's host and port in order, e.g. with
+    target_session_attrs="read-write": what a relayer beside a primary and
+    its standby is given."""
+    parts = ["host=%s" % ",".join("127.0.0.1" for _ in clusters),
+             "port=%s" % ",".join(str(c.port) for c in clusters),
+             "dbname=%s" % dbname, "user=%s" % user]
+    parts += ["%s=%s" % kv for kv in extra.items()]
+    return " ".join(parts)
+
+
 # --------------------------------------------------------------------------
 # Background load: producer threads
 # --------------------------------------------------------------------------

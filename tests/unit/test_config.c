@@ -46,6 +46,30 @@ static void test_defaults(void)
     config_free(&c);
 }
 
+/* The failover flags as --help shows them (--failover-slot true|false),
+ * and --primary-dsn: kept, and refused when it cannot be parsed (without
+ * echoing it: it may hold a password). */
+static void test_ha_flags(void)
+{
+    struct relay_config c;
+    char err[CONFIG_ERRLEN];
+    char *none[] = {NULL};
+    CHECK_EQ_INT(load(&c, none, err, 10, "--dsn", "dbname=d", "--brokers", "k:1",
+                      "--failover-slot", "true", "--recreate-slot", "false",
+                      "--primary-dsn=host=p dbname=d"), CONFIG_OK);
+    CHECK(c.failover_slot && !c.recreate_slot);
+    CHECK(c.primary_dsn != NULL && strcmp(c.primary_dsn, "host=p dbname=d") == 0);
+    config_free(&c);
+    CHECK_EQ_INT(load(&c, none, err, 8, "--dsn", "dbname=d", "--brokers", "k:1",
+                      "--failover-slot", "--backfill", "pending"), CONFIG_OK);
+    CHECK(c.failover_slot && c.backfill_pending && c.primary_dsn == NULL);
+    config_free(&c);
+    CHECK_EQ_INT(load(&c, none, err, 7, "--dsn", "dbname=d", "--brokers", "k:1",
+                      "--primary-dsn", "host=p password=hunter2 junk"), CONFIG_ERROR);
+    CHECK(strstr(err, "--primary-dsn") != NULL && strstr(err, "hunter2") == NULL);
+    config_free(&c);
+}
+
 /* --plugin and --publication: both sources, the words, the name rule. */
 static void test_plugin(void)
 {
@@ -412,6 +436,7 @@ static void test_ident_ok(void)
 
 int main(void)
 {
+    test_ha_flags();
     test_ident_ok();
     test_layouts();
     test_defaults();

@@ -153,6 +153,21 @@ static void test_table(void)
     CHECK(strcmp(t.name, "n2") == 0);
     CHECK(strcmp(options_kv_get(t.kafka, t.nkafka, "acks"), "all") == 0);
 
+    /* A boolean takes the next word when it is a boolean word, and only
+     * then: --on false, --on true, --on before another option. */
+    char *b1[] = {"toy", "--on", "false", "--count", "9", NULL};
+    CHECK(options_load_args(&spec, &t, 5, b1, 1, err, sizeof err, &exit_now) == 0);
+    CHECK(!t.on && t.count == 9);
+    char *b2[] = {"toy", "--on", "true", NULL};
+    CHECK(options_load_args(&spec, &t, 3, b2, 1, err, sizeof err, &exit_now) == 0);
+    CHECK(t.on);
+    char *b3[] = {"toy", "--on=off", "--on", "--count", "4", NULL};
+    CHECK(options_load_args(&spec, &t, 5, b3, 1, err, sizeof err, &exit_now) == 0);
+    CHECK(t.on && t.count == 4);
+    char *b4[] = {"toy", "--on", "maybe", NULL};
+    CHECK(options_load_args(&spec, &t, 3, b4, 1, err, sizeof err, &exit_now) < 0);
+    CHECK(strcmp(err, "unexpected argument \"maybe\" (see --help)") == 0);
+
     /* The messages. */
     char *bad1[] = {"toy", "--count", "many", NULL};
     CHECK(options_load_args(&spec, &t, 3, bad1, 1, err, sizeof err, &exit_now) < 0);

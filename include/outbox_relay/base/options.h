@@ -43,8 +43,10 @@ enum option_kind {
     OPT_LONG,     /* long: a whole number */
     OPT_SIZE,     /* long: a byte count with an optional K/M/G (KiB, MB...) suffix */
     OPT_SECONDS,  /* double: seconds, fractions allowed */
-    OPT_BOOL,     /* bool: true/1/yes/on or false/0/no/off; alone on the
-                     command line it means true */
+    OPT_BOOL,     /* bool: true/1/yes/on or false/0/no/off; on the command
+                     line as --x, --x=VALUE or --x VALUE (the next word
+                     is taken only when it is one of those words); alone
+                     it means true */
     OPT_LOGLEVEL, /* enum log_level, as log_level_parse() reads it */
     OPT_ENUM,     /* an enum (int-sized) field: one of `words` */
     OPT_FLAG,     /* bool: one of two `words`, the first false, the second true */

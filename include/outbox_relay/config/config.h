@@ -81,6 +81,8 @@ struct relay_config {
     double max_age;            /* `status` threshold, seconds */
     double takeover_after;     /* seconds, 0 = never terminate a holder */
     bool failover_slot;
+    char *primary_dsn;         /* --primary-dsn: the primary when --dsn is a standby;
+                                  NULL/"" none */
     bool recreate_slot;
     bool backfill_pending;     /* --backfill pending */
     enum log_level log_level;

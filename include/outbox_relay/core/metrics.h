@@ -71,6 +71,19 @@ void metrics_set_publication(struct metrics *m, int ok, const char *why);
  * 1023 bytes) says so with the fix; NULL: it does not (any more). Readiness
  * fails while it does, with that text. */
 void metrics_set_plugin_refused(struct metrics *m, const char *why);
+/* After a promotion (or on a standby holding only a synced copy) the slot
+ * cannot be streamed safely: why (copied, truncated to 1023 bytes) says
+ * what was found and the fix; NULL: no more. Readiness fails meanwhile. */
+void metrics_set_failover_refused(struct metrics *m, const char *why);
+/* The slot's failover protection as the maintenance thread last saw it
+ * (failover.h): failover_slot 1/0 (-1 unknown: nothing is rendered);
+ * protected_ 1 when synchronized_standby_slots names existing physical
+ * slots, 0 when not, -1 when it does not apply (no failover slot, before
+ * PostgreSQL 17, a standby); standby_slots and inactive: slots named and
+ * of them without a standby connected; lag_bytes: the primary's WAL
+ * position minus their oldest restart_lsn (-1 unknown). */
+void metrics_set_failover(struct metrics *m, int failover_slot, int protected_,
+                          int64_t standby_slots, int64_t inactive, int64_t lag_bytes);
 /* pgoutput: whether the publication has a row filter on the outbox (1: the
  * rows it filters out never reach Kafka), none (0), unknown (-1: the gauge
  * is not exported). */

@@ -104,6 +104,13 @@ struct reaper_options {
     /* Borrowed, may be NULL: the run's progress gauges (metrics.h,
      * METRICS_WORK_REAPER). */
     struct metrics *metrics;
+    /* Borrowed, may be NULL: where the slot lives when that is not conn's
+     * server — decoding on a standby, where conn is the primary (rows,
+     * marks, the bookkeeping tables) and this the standby (the slot's
+     * confirmed_flush_lsn). Sound because a standby replays the primary's
+     * WAL at the same positions: a mark's L taken on the primary is
+     * confirmed once the standby's slot is past it. NULL: conn. */
+    PGconn *slot_conn;
 };
 
 /* A mark (see the rule above). */
@@ -162,6 +169,11 @@ int reaper_run(PGconn *conn, const struct reaper_options *opts, struct reaper_re
  * says why. The connection is idle again on return. */
 int reaper_take_mark(PGconn *conn, const char *slot, struct reaper_mark *mark, char *err,
                      size_t errlen);
+
+/* The same with the slot on slot_conn (see reaper_options.slot_conn; NULL:
+ * conn): the mark is taken and stored on conn, the slot read on slot_conn. */
+int reaper_take_mark_on(PGconn *conn, PGconn *slot_conn, const char *slot,
+                        struct reaper_mark *mark, char *err, size_t errlen);
 
 /* Builds the DELETE of one batch on table (quoted) into buf (capacity
  * cap): at most $2 rows older than now() - $1 (the retention) whose xmin,

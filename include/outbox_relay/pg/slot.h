@@ -57,6 +57,10 @@ struct slot {
     int (*on_created)(void *ctx, const char *snapshot, lsn_t consistent, bool *drop_slot,
                       char *err, size_t errlen);
     void *on_created_ctx;
+    const char *primary_dsn;    /* stream_options.primary_dsn: the primary of
+                                   a standby --dsn; NULL or "" none */
+    bool in_recovery;           /* the server is a standby (slot_lookup) */
+    unsigned timeline; /* the server's, from IDENTIFY_SYSTEM (slot_check_server) */
     int dead_pid; /* walsender of our last streaming connection, closed since
                      (it may still hold the slot: see slot_lookup) */
     char *err;    /* where failures are said (the stream's errstr) */
@@ -73,7 +77,8 @@ int slot_fail(struct slot *s, int rc, const char *fmt, ...) __attribute__((forma
  * last result (the caller's, PQclear it). */
 PGresult *slot_exec(struct slot *s, const char *sql);
 
-/* IDENTIFY_SYSTEM names a database and wal_level is logical. */
+/* IDENTIFY_SYSTEM names a database and wal_level is logical; notes the
+ * server's timeline in s->timeline. */
 int slot_check_server(struct slot *s);
 
 /* The outbox table exists and writes WAL; *partitioned says whether it is
@@ -83,7 +88,8 @@ int slot_check_table(struct slot *s, bool *partitioned);
 /* Looks the slot up. *exists says whether it is there; when it is and may
  * be streamed, *confirmed is its confirmed_flush_lsn (0 when NULL). A slot
  * held by another walsender is STREAM_BUSY (after terminating the holder
- * when takeover_after or dead_pid allow it). */
+ * when takeover_after or dead_pid allow it). On a standby (17+), a slot
+ * that is only a synced copy of the primary's is STREAM_FAILOVER. */
 int slot_lookup(struct slot *s, bool *exists, lsn_t *confirmed);
 
 /* Creates the missing slot, unless its history says an earlier one was

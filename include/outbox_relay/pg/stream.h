@@ -46,6 +46,10 @@ struct stream_options {
     bool recreate_slot;         /* create it even though outbox_relay_slots
                                    says an earlier one was dropped or lost */
     bool failover_slot;         /* create it with FAILOVER (PostgreSQL 17+) */
+    const char *primary_dsn;    /* when dsn is a hot standby: its primary, asked
+                                   for pg_log_standby_snapshot() while the slot
+                                   is created (NULL or "": wait for the
+                                   primary's own running-xacts record) */
     bool plugin_auto;           /* no --plugin: an existing slot keeps its
                                    plugin, a new one gets wal2json where the
                                    server allows and has it, else pgoutput

@@ -19,9 +19,13 @@ enum stream_rc {
                              (output_plugin_libraries): nothing to retry
                              soon, but a reload of the server's
                              configuration cures it, so wait and look again */
-    STREAM_PLUGIN = -7    /* without --plugin: the slot needs the other
+    STREAM_PLUGIN = -7,   /* without --plugin: the slot needs the other
                              output plugin (stream_switch_plugin); start
                              over with it */
+    STREAM_FAILOVER = -8  /* after a promotion (failover.h), or on a standby
+                             whose slot is only a synced copy: the slot
+                             cannot be streamed safely here. A human must
+                             act; wait, alerting, and look again */
 };
 
 #endif
