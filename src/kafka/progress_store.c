@@ -25,26 +25,32 @@
 static int partitions_of(rd_kafka_t *rk, const char *topic, int timeout_ms, char *err,
                          size_t errlen)
 {
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    /* All topics: a request for this one alone would have the broker
+     * auto-create it (auto.create.topics.enable), with its default
+     * cleanup.policy=delete. */
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms)
-                                : RD_KAFKA_RESP_ERR__INVALID_ARG;
-    int n = -1;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, NULL, &md, timeout_ms);
+    int n = 0;
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
         snprintf(err, errlen, "progress topic %s: metadata request failed: %s", topic,
                  rd_kafka_err2str(e));
-    } else if (md->topic_cnt != 1 ||
-               md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
-        n = 0;
-    } else if (md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        snprintf(err, errlen, "progress topic %s: %s", topic, rd_kafka_err2str(md->topics[0].err));
-    } else {
-        n = md->topics[0].partition_cnt;
+        n = -1;
+    }
+    for (int i = 0; n == 0 && md != NULL && i < md->topic_cnt; i++) {
+        if (strcmp(md->topics[i].topic, topic) != 0)
+            continue;
+        if (md->topics[i].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+            break;
+        if (md->topics[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            snprintf(err, errlen, "progress topic %s: %s", topic,
+                     rd_kafka_err2str(md->topics[i].err));
+            n = -1;
+        } else {
+            n = md->topics[i].partition_cnt;
+        }
     }
     if (md)
         rd_kafka_metadata_destroy(md);
-    if (rkt)
-        rd_kafka_topic_destroy(rkt);
     return n;
 }
 
@@ -87,9 +93,12 @@ static int create_topic(rd_kafka_t *rk, const char *topic, int timeout_ms, char 
             rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
         rd_kafka_resp_err_t te = n == 1 ? rd_kafka_topic_result_error(res[0])
                                         : RD_KAFKA_RESP_ERR__FAIL;
-        if (te == RD_KAFKA_RESP_ERR_NO_ERROR || te == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+        if (te == RD_KAFKA_RESP_ERR_NO_ERROR) {
             log_info("progress topic %s: created, cleanup.policy=compact", topic);
             rc = 1;
+        } else if (te == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+            snprintf(err, errlen, "progress topic %s: made by someone else meanwhile", topic);
+            rc = 0; /* checked on the next try */
         } else {
             snprintf(err, errlen, "progress topic %s: cannot create it: %s%s", topic,
                      n == 1 && rd_kafka_topic_result_error_string(res[0])
@@ -205,6 +214,8 @@ int progress_read(const struct progress_reader_options *opts, const char *topic,
     if ((opts->brokers && *opts->brokers &&
          kafka_conf_set(conf, "bootstrap.servers", opts->brokers, err, errlen) < 0) ||
         kafka_conf_set(conf, "client.id", "outbox-relay-progress", err, errlen) < 0 ||
+        /* assign() wants a group even with nothing subscribed or committed */
+        kafka_conf_set(conf, "group.id", "outbox-relay-progress-reader", err, errlen) < 0 ||
         kafka_conf_set(conf, "enable.partition.eof", "true", err, errlen) < 0 ||
         kafka_conf_set(conf, "enable.auto.commit", "false", err, errlen) < 0 ||
         kafka_conf_route_log(conf, err, errlen) < 0) {
@@ -215,7 +226,7 @@ int progress_read(const struct progress_reader_options *opts, const char *topic,
         /* the producer's and the guarantees' own are not the reader's */
         const char *k = opts->kafka[2 * i];
         if (strcmp(k, "transactional.id") == 0 || strcmp(k, "enable.idempotence") == 0 ||
-            strcmp(k, "isolation.level") == 0)
+            strcmp(k, "isolation.level") == 0 || strcmp(k, "group.id") == 0)
             continue;
         if (rd_kafka_conf_set(conf, k, opts->kafka[2 * i + 1], e, sizeof e) != RD_KAFKA_CONF_OK)
             continue; /* a producer-only property */
