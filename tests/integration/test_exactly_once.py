@@ -13,6 +13,14 @@ not model transactions, so only a real transaction coordinator proves it.
       the same kills with the default --delivery at-least-once: nothing is
       lost, and events arrive twice, so the guarantee above is measured
       against the duplicates it removes, not assumed
+  test_exactly_once_across_a_postgresql_crash
+      the relayer SIGKILLed and PostgreSQL stopped in immediate mode (a
+      crash: the slot's confirmed position falls back to what was last
+      written to disk, behind what Kafka committed), both started again:
+      the relayer reads its progress, starts replication from there, and
+      the read_committed consumer still sees every event exactly once; the
+      same with at-least-once would send everything after the slot's
+      on-disk position again
   test_progress_topic_not_compacted_is_refused
       a --progress-topic that exists with cleanup.policy=delete: exit 1,
       naming the policy and the fix
@@ -204,3 +212,38 @@ def test_progress_topic_not_compacted_is_refused(kafka_cluster, pg, relayer, uni
     assert rc == 1, "expected exit 1, got %s; log:\n%s" % (rc, r.log_tail())
     log = r.log_tail(50)
     assert "cleanup.policy=delete" in log and "cleanup.policy=compact" in log, log
+
+
+def test_exactly_once_across_a_postgresql_crash(kafka_cluster, pg, relayer, unique_topic):
+    topic, progress = unique_topic(), unique_topic("progress")
+    extra = EOS + ("--progress-topic", progress)
+    kafka_cluster.create_topic(topic, partitions=3, rf=3, configs=MIN_ISR)
+    aggs = prepare(pg)
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *extra)
+    load = Load(pg, aggs, seed=28)
+    load.start()
+    time.sleep(4)
+    load.stop()
+    m1, m1_end = commit_marker(pg, "real")
+    wait_confirmed(pg, r, m1_end)
+    r.kill()
+    pg.stop(mode="immediate")
+    pg.start()
+    behind = pg.confirmed_flush_lsn(SLOT)
+    print("after the crash the slot is at %s, Kafka committed up to at least %s"
+          % (harness.int_to_lsn(behind), harness.int_to_lsn(m1_end)))
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *extra)
+    if behind < m1_end:
+        r.wait_for_log("starting replication again from there", timeout=60)
+    load.start()
+    time.sleep(3)
+    load.stop()
+    m2, m2_end = commit_marker(pg, "real")
+    wait_confirmed(pg, r, m2_end)
+    rc = r.terminate(30)
+    assert rc == 0, "the relayer exited %s on SIGTERM; log tail:\n%s" % (rc, r.log_tail())
+    committed, records, duplicates = check(pg, read_committed(kafka_cluster.bootstrap, [topic]),
+                                           load, {m1, m2})
+    print("exactly-once across a PostgreSQL crash: %d events, %d duplicates, slot was %d bytes "
+          "behind Kafka" % (committed, duplicates, max(0, m1_end - behind)))
+    assert duplicates == 0, "%d duplicates with --delivery exactly-once" % duplicates
