@@ -70,6 +70,7 @@ static void op_tx_commit(void *ctx, int64_t xid, lsn_t commit_end)
 }
 
 static int make_sink(struct relay *r, char *err, size_t errlen);
+static int renew_fenced_sink(struct relay *r);
 
 struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop,
                         struct metrics *metrics, char *err, size_t errlen)
@@ -448,22 +449,35 @@ static int reconnect(struct relay *r, struct run *run)
  * it holds the slot again) and waits as a standby, never a crash loop. */
 static int stand_by_fenced(struct relay *r, struct run *run)
 {
-    char err[RELAY_ERRLEN];
     stream_stop(r->stream, 2000);
     stream_close(r->stream);
+    if (renew_fenced_sink(r) < 0)
+        return STEP_END;
+    wait_standby(r, run, "exactly-once: fenced by another replica of this slot; standing by");
+    return STEP_AGAIN;
+}
+
+/* A fenced producer is done for: a new one replaces it (initialised only
+ * once this process holds the slot again, relay_eos_prepare). Wherever the
+ * fencing was found (a session, a reconnect's commit), before the next
+ * start. 0, or -1 (fatal set). */
+static int renew_fenced_sink(struct relay *r)
+{
+    char err[RELAY_ERRLEN];
+    if (!relay_eos_on(r) || !r->eos.fenced || !sink_fatal(r->sink))
+        return 0;
     sink_free(r->sink, 0);
     r->sink = NULL;
     r->eos.nheld = 0;
     r->stats.fenced++;
     if (make_sink(r, err, sizeof err) < 0) {
         relay_set_fatal(r, "%s", err);
-        return STEP_END;
+        return -1;
     }
     relay_publish_gauges(r, false);
     if (r->metrics)
         metrics_set_delivery_waiting(r->metrics, "fenced");
-    wait_standby(r, run, "exactly-once: fenced by another replica of this slot; standing by");
-    return STEP_AGAIN;
+    return 0;
 }
 
 /* Exactly-once, once replication runs: the producer initialised and the
@@ -513,6 +527,8 @@ int relay_run(struct relay *r)
     while (!*r->stop) {
         lsn_t slot_confirmed = 0;
         bool created = false;
+        if (renew_fenced_sink(r) < 0)
+            break;
         int step = start_replication(r, &run, &slot_confirmed, &created);
         if (step == STEP_ON) {
             begin_streaming(r, &run, created, slot_confirmed);

@@ -21,6 +21,14 @@ not model transactions, so only a real transaction coordinator proves it.
       the read_committed consumer still sees every event exactly once; the
       same with at-least-once would send everything after the slot's
       on-disk position again
+  test_takeover_fences_the_stalled_replica
+      two replicas of the slot, the standby with --takeover-after: the
+      active one is SIGSTOPped mid-stream (an open Kafka transaction, its
+      socket silent), the standby takes the slot over and initialises its
+      producer, which fences the old one and aborts its transaction; on
+      SIGCONT the old replica's writes are refused, it logs that it was
+      fenced and stands by (no exit, no crash loop); the read_committed
+      consumer sees every event exactly once
   test_progress_topic_not_compacted_is_refused
       a --progress-topic that exists with cleanup.policy=delete: exit 1,
       naming the policy and the fix
@@ -30,6 +38,7 @@ test_chaos.py's and test_real_kafka.py's.
 """
 
 import json
+import signal
 import random
 import time
 
@@ -247,3 +256,40 @@ def test_exactly_once_across_a_postgresql_crash(kafka_cluster, pg, relayer, uniq
     print("exactly-once across a PostgreSQL crash: %d events, %d duplicates, slot was %d bytes "
           "behind Kafka" % (committed, duplicates, max(0, m1_end - behind)))
     assert duplicates == 0, "%d duplicates with --delivery exactly-once" % duplicates
+
+
+def test_takeover_fences_the_stalled_replica(kafka_cluster, pg, relayer, unique_topic):
+    topic, progress = unique_topic(), unique_topic("progress")
+    kafka_cluster.create_topic(topic, partitions=3, rf=3, configs=MIN_ISR)
+    aggs = prepare(pg)
+    base = ("--status-interval", "0.5") + EOS + ("--progress-topic", progress)
+    old = start(relayer, pg, kafka_cluster.bootstrap, topic, *base)
+    load = Load(pg, aggs, seed=29)
+    load.start()
+    time.sleep(2)
+    new = relayer("--dsn", pg.dsn(), "--brokers", kafka_cluster.bootstrap, "--topic", topic,
+                  *base, "--takeover-after", "3")
+    new.wait_for_log(r"waiting as a standby", timeout=30)
+    time.sleep(1)
+    old.signal(signal.SIGSTOP)
+    try:
+        new.wait_for_log(r"terminated it to take over", timeout=60)
+        new.wait_for_log(r"Kafka has everything committed up to|no progress record", timeout=60)
+        time.sleep(3)  # the new replica produces and commits meanwhile
+    finally:
+        old.signal(signal.SIGCONT)
+    old.wait_for_log(r"stops producing and stands by", timeout=60)
+    old.assert_running_for(3)
+    time.sleep(1)
+    load.stop()
+    marker_id, marker_end = commit_marker(pg, "real")
+    wait_confirmed(pg, new, marker_end)
+    assert old.running(), "the fenced replica exited; log:\n%s" % old.log_tail()
+    assert "FENCED" in old.log_text() or "fenced" in old.log_text()
+    for r in (old, new):
+        rc = r.terminate(30)
+        assert rc == 0, "exit %s on SIGTERM; log tail:\n%s" % (rc, r.log_tail())
+    committed, records, duplicates = check(pg, read_committed(kafka_cluster.bootstrap, [topic]),
+                                           load, {marker_id})
+    print("takeover with the old replica stalled: %d events, %d duplicates" % (committed, duplicates))
+    assert duplicates == 0, "%d duplicates across a takeover" % duplicates
