@@ -29,6 +29,11 @@ not model transactions, so only a real transaction coordinator proves it.
       SIGCONT the old replica's writes are refused, it logs that it was
       fenced and stands by (no exit, no crash loop); the read_committed
       consumer sees every event exactly once
+  test_exactly_once_when_the_busiest_partitions_leader_is_killed
+      on a private 3-broker cluster, SIGKILL of the broker leading the
+      busiest partition while producers commit, then its return: the
+      relayer never exits, and the read_committed consumer sees every
+      event exactly once
   test_progress_topic_not_compacted_is_refused
       a --progress-topic that exists with cleanup.policy=delete: exit 1,
       naming the policy and the fix
@@ -47,7 +52,7 @@ import pytest
 import harness
 from harness import wait_until
 from test_chaos import commit_marker
-from test_real_kafka import MIN_ISR, SLOT, Load, prepare, wait_confirmed
+from test_real_kafka import MIN_ISR, SLOT, Load, high_watermarks, prepare, wait_confirmed
 from test_real_kafka import start_relayer as start
 
 KILLS = 6
@@ -293,3 +298,43 @@ def test_takeover_fences_the_stalled_replica(kafka_cluster, pg, relayer, unique_
                                            load, {marker_id})
     print("takeover with the old replica stalled: %d events, %d duplicates" % (committed, duplicates))
     assert duplicates == 0, "%d duplicates across a takeover" % duplicates
+
+
+def test_exactly_once_when_the_busiest_partitions_leader_is_killed(own_kafka_cluster, pg, relayer,
+                                                                   unique_topic):
+    cluster = own_kafka_cluster
+    topic, progress = unique_topic(), unique_topic("progress")
+    cluster.create_topic(topic, partitions=3, rf=3, configs=MIN_ISR)
+    aggs = prepare(pg)
+    r = start(relayer, pg, cluster.bootstrap, topic, *EOS, "--progress-topic", progress)
+    load = Load(pg, aggs, seed=30)
+    load.start()
+    r.assert_running_for(5)
+    hw = high_watermarks(cluster.bootstrap, topic)
+    busiest = max(hw, key=hw.get)
+    victim = cluster.leader_of(topic, busiest)
+    cluster.kill(victim)
+    print("exactly-once: SIGKILLed broker %d, leader of %s[%d]" % (victim, topic, busiest))
+
+    def new_leaders():
+        assert r.running(), "relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail())
+        try:
+            leaders = [cluster.leader_of(topic, p) for p in range(3)]
+        except Exception:
+            return None
+        return all(x not in (victim, -1) for x in leaders) and leaders
+    wait_until(new_leaders, 60, interval=0.2, message="new leaders for every partition")
+    r.assert_running_for(5)
+    cluster.start(victim)
+    for p in range(3):
+        cluster.wait_isr(topic, p, 3, timeout=90)
+    r.assert_running_for(3)
+    load.stop()
+    marker_id, marker_end = commit_marker(pg, "real")
+    wait_confirmed(pg, r, marker_end, timeout=180)
+    rc = r.terminate(30)
+    assert rc == 0, "the relayer exited %s on SIGTERM; log tail:\n%s" % (rc, r.log_tail())
+    committed, records, duplicates = check(pg, read_committed(cluster.bootstrap, [topic]), load,
+                                           {marker_id})
+    print("exactly-once with a leader killed: %d events, %d duplicates" % (committed, duplicates))
+    assert duplicates == 0, "%d duplicates with --delivery exactly-once" % duplicates
