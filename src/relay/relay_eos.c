@@ -41,9 +41,15 @@
 #include "outbox_relay/kafka/sink.h"
 #include "outbox_relay/pg/stream.h"
 
-#define TXN_INIT_MS 30000   /* init_transactions' bound per try */
-#define TXN_END_MS 10000    /* commit's and abort's bound per try */
-#define PROGRESS_READ_MS 30000
+/* Each blocking call of the transactional producer is bounded well under
+ * a walsender's timeout (wal_sender_timeout, 60 s by default, 10 s in the
+ * tests): a call that times out retriably is made again after a status
+ * update, so a slow coordinator (one being elected after its broker died)
+ * never costs the replication connection. */
+#define TXN_INIT_MS 2000    /* init_transactions' bound per try */
+#define TXN_INIT_TRIES 30
+#define TXN_END_MS 1000     /* commit's and abort's bound per try */
+#define PROGRESS_READ_MS 8000
 
 bool relay_eos_on(const struct relay *r)
 {
@@ -287,7 +293,11 @@ int relay_eos_prepare(struct relay *r, lsn_t started_at, char *err, size_t errle
         return n < 0 ? -1 : -2;
     r->eos.partition = progress_partition(r->cfg->slot, strlen(r->cfg->slot), n);
     if (!r->eos.inited) { /* once per producer */
-        int v = sink_txn_init(r->sink, TXN_INIT_MS);
+        int v = KAFKA_TXN_RETRY;
+        for (int i = 0; i < TXN_INIT_TRIES && v == KAFKA_TXN_RETRY && !*r->stop; i++) {
+            v = sink_txn_init(r->sink, TXN_INIT_MS);
+            relay_keep_status(r);
+        }
         if (v != KAFKA_TXN_OK) {
             snprintf(err, errlen, "slot=%s: %s", r->cfg->slot, sink_errstr(r->sink));
             return v == KAFKA_TXN_RETRY || v == KAFKA_TXN_ABORT ? -2 : -1;

@@ -34,6 +34,11 @@ not model transactions, so only a real transaction coordinator proves it.
       busiest partition while producers commit, then its return: the
       relayer never exits, and the read_committed consumer sees every
       event exactly once
+  test_check_exactly_once_on_a_real_cluster
+      `outbox-relay check --delivery exactly-once`: the coordinator answers
+      (PASS), transaction.timeout.ms within the brokers' maximum (PASS)
+      and above it (FAIL), the progress topic missing (PASS: created
+      compacted), compacted (PASS), cleanup.policy=delete (FAIL)
   test_progress_topic_not_compacted_is_refused
       a --progress-topic that exists with cleanup.policy=delete: exit 1,
       naming the policy and the fix
@@ -338,3 +343,28 @@ def test_exactly_once_when_the_busiest_partitions_leader_is_killed(own_kafka_clu
                                            {marker_id})
     print("exactly-once with a leader killed: %d events, %d duplicates" % (committed, duplicates))
     assert duplicates == 0, "%d duplicates with --delivery exactly-once" % duplicates
+
+
+def test_check_exactly_once_on_a_real_cluster(kafka_cluster, pg, relayer_binary, unique_topic):
+    from test_check import expect, run_check
+    base = ("--dsn", pg.dsn(), "--brokers", kafka_cluster.bootstrap) + EOS
+    missing = unique_topic("progress")
+    rep = run_check(relayer_binary, *base, "--progress-topic", missing)
+    expect(rep, "transactions", "PASS", "init_transactions")
+    expect(rep, "transaction_timeout", "PASS", "transaction.max.timeout.ms 900000")
+    expect(rep, "progress_topic", "PASS", "does not exist yet")
+
+    compacted = kafka_cluster.create_topic(unique_topic("compacted"), partitions=1, rf=3,
+                                           configs={"cleanup.policy": "compact"})
+    rep = run_check(relayer_binary, *base, "--progress-topic", compacted)
+    expect(rep, "progress_topic", "PASS", "cleanup.policy=compact")
+
+    deleting = kafka_cluster.create_topic(unique_topic("deleting"), partitions=1, rf=3,
+                                          configs={"cleanup.policy": "delete"})
+    rep = run_check(relayer_binary, *base, "--progress-topic", deleting,
+                    "-X", "transaction.timeout.ms=1000000")
+    expect(rep, "progress_topic", "FAIL", "cleanup.policy=delete", "cleanup.policy=compact")
+    expect(rep, "transaction_timeout", "FAIL", "above the brokers'")
+    # the at-least-once default checks none of it
+    rep = run_check(relayer_binary, "--dsn", pg.dsn(), "--brokers", kafka_cluster.bootstrap)
+    assert "transactions" not in rep.items and "progress_topic" not in rep.items
