@@ -272,8 +272,13 @@ def test_takeover_fences_the_stalled_replica(kafka_cluster, pg, relayer, unique_
     topic, progress = unique_topic(), unique_topic("progress")
     kafka_cluster.create_topic(topic, partitions=3, rf=3, configs=MIN_ISR)
     aggs = prepare(pg)
+    from test_kafka_errors import metric
+    from test_operations import http_get
     base = ("--status-interval", "0.5") + EOS + ("--progress-topic", progress)
-    old = start(relayer, pg, kafka_cluster.bootstrap, topic, *base)
+    port = harness.free_port()
+    old = start(relayer, pg, kafka_cluster.bootstrap, topic, *base,
+                "--metrics-addr", "127.0.0.1:%d" % port)
+    wait_until(lambda: http_get(port, "/readyz")[0] == 200, 30, message="/readyz 200")
     load = Load(pg, aggs, seed=29)
     load.start()
     time.sleep(2)
@@ -290,6 +295,9 @@ def test_takeover_fences_the_stalled_replica(kafka_cluster, pg, relayer, unique_
         old.signal(signal.SIGCONT)
     old.wait_for_log(r"stops producing and stands by", timeout=60)
     old.assert_running_for(3)
+    fenced = 'outbox_relay_delivery_waiting{reason="fenced"}'
+    assert metric(port, fenced) == 1, "the fenced gauge is not 1"
+    assert http_get(port, "/readyz")[0] == 503, "a fenced standby must not be ready"
     time.sleep(1)
     load.stop()
     marker_id, marker_end = commit_marker(pg, "real")
