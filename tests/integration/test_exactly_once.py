@@ -34,6 +34,13 @@ not model transactions, so only a real transaction coordinator proves it.
       busiest partition while producers commit, then its return: the
       relayer never exits, and the read_committed consumer sees every
       event exactly once
+  test_progress_read_after_compaction
+      one Kafka transaction per PostgreSQL transaction
+      (--transaction-max-events 1) on a progress topic the log cleaner
+      compacts within seconds: hundreds of commits, compacted to a few
+      records; the relayer SIGKILLed and started again reads the slot's
+      last progress (at or after the last commit it made) and sends nothing
+      twice
   test_check_exactly_once_on_a_real_cluster
       `outbox-relay check --delivery exactly-once`: the coordinator answers
       (PASS), transaction.timeout.ms within the brokers' maximum (PASS)
@@ -376,3 +383,47 @@ def test_check_exactly_once_on_a_real_cluster(kafka_cluster, pg, relayer_binary,
     # the at-least-once default checks none of it
     rep = run_check(relayer_binary, "--dsn", pg.dsn(), "--brokers", kafka_cluster.bootstrap)
     assert "transactions" not in rep.items and "progress_topic" not in rep.items
+
+
+def test_progress_read_after_compaction(kafka_cluster, pg, relayer, unique_topic):
+    topic = kafka_cluster.create_topic(unique_topic(), partitions=3, rf=3, configs=MIN_ISR)
+    progress = kafka_cluster.create_topic(
+        unique_topic("progress"), partitions=1, rf=3,
+        configs={"cleanup.policy": "compact", "segment.ms": "200",
+                 "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "100",
+                 "min.compaction.lag.ms": "0"})
+    extra = EOS + ("--progress-topic", progress, "--transaction-max-events", "1")
+    aggs = prepare(pg)
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *extra)
+    load = Load(pg, aggs, seed=31)
+    load.start()
+    time.sleep(6)
+    load.stop()
+    m1, m1_end = commit_marker(pg, "real")
+    wait_confirmed(pg, r, m1_end)
+    commits = len(progress_records(kafka_cluster.bootstrap, progress))
+    assert commits > 50, "too few commits to compact: %d" % commits
+
+    # a few more commits roll the segments the cleaner may then compact
+    def compacted():
+        commit_marker(pg, "real")
+        n = len(progress_records(kafka_cluster.bootstrap, progress))
+        return n < commits // 4 and n
+    left = wait_until(compacted, 120, interval=3, message="the progress topic to be compacted")
+    print("progress topic: %d commits compacted to %d records" % (commits, left))
+    m2, m2_end = commit_marker(pg, "real")
+    wait_confirmed(pg, r, m2_end)
+    last = progress_records(kafka_cluster.bootstrap, progress)[-1][1]
+    assert harness.lsn_to_int(last["lsn"]) >= m2_end
+    r.kill()
+    r = restart(relayer, pg, kafka_cluster.bootstrap, topic, extra)
+    r.wait_for_log(r"Kafka has everything committed up to %s" % last["lsn"], timeout=60)
+    m3, m3_end = commit_marker(pg, "real")
+    wait_confirmed(pg, r, m3_end)
+    assert r.terminate(30) == 0
+    markers = {m1, m2, m3}
+    records = read_committed(kafka_cluster.bootstrap, [topic])
+    markers |= {int(h["event_id"]) for _, _, _, _, h, v in records
+                if h.get("event_type") == "real.marker"}
+    committed, _, duplicates = check(pg, records, load, markers)
+    assert duplicates == 0, "%d duplicates after reading a compacted progress topic" % duplicates
