@@ -327,6 +327,15 @@ static void wait_refused(struct relay *r, struct run *run)
  * and what its answer means for the loop (an enum step). */
 static int resume_backfill(struct relay *r, struct run *run)
 {
+    if (relay_eos_on(r)) {
+        /* the same reason config.c refuses --backfill pending with it */
+        relay_set_fatal(r, "slot=%s has an unfinished backfill: --delivery exactly-once cannot "
+                        "keep its guarantee for rows published from a snapshot (no commit "
+                        "position a progress record could hold). Finish the backfill with "
+                        "--delivery at-least-once, then restart with exactly-once",
+                        r->cfg->slot);
+        return STEP_END;
+    }
     int brc = relay_resume_backfill(r);
     if (brc == BACKFILL_OK) {
         run->backfilled = true;
