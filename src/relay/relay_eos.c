@@ -216,8 +216,10 @@ int relay_eos_commit(struct relay *r)
         return relay_eos_abort(r, why);
     }
     int v;
+    double t0 = mono_now();
     while ((v = sink_txn_commit(r->sink, TXN_END_MS)) == KAFKA_TXN_RETRY && !*r->stop)
         relay_keep_status(r);
+    double took = mono_now() - t0;
     if (v == KAFKA_TXN_RETRY) { /* stopping */
         return relay_eos_abort(r, NULL);
     }
@@ -236,8 +238,9 @@ int relay_eos_commit(struct relay *r)
             tracker_ack(r->tracker, r->eos.held[i].token);
     r->eos.nheld = 0;
     r->eos.commits++;
-    log_debug("slot=%s lsn=" LSN_FMT ": Kafka transaction committed (%zu events)", r->cfg->slot,
-              LSN_ARGS(lsn), r->eos.batch_events);
+    log_debug("slot=%s lsn=" LSN_FMT ": Kafka transaction committed (%zu events, open %.0f ms, "
+              "commit %.1f ms)", r->cfg->slot, LSN_ARGS(lsn), r->eos.batch_events,
+              (t0 - r->eos.batch_since) * 1000, took * 1000);
     if (lsn > r->eos.progress)
         r->eos.progress = lsn;
     r->eos.batch_events = 0;
