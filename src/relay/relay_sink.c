@@ -81,6 +81,10 @@ static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const c
                        event_id, type, m.lsn, r->cfg->dead_letter_topic, sink_errstr(r->sink));
         return 1;
     }
+    if (rc != SINK_OK && relay_eos_on(r) && sink_fenced(r->sink)) {
+        relay_eos_check_fenced(r); /* standby (relay.c), not a failed dead letter */
+        return 1;
+    }
     if (rc != SINK_OK)
         return -1;
     r->stats.dead_lettered++;
@@ -336,6 +340,10 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
     }
     if (rc == SINK_FULL)
         return 1; /* stopping; unconfirmed, so it is sent again next run */
+    if (relay_eos_on(r) && sink_fenced(r->sink)) {
+        relay_eos_check_fenced(r); /* the session ends: standby, not a fatal error */
+        return 1;
+    }
     struct report_facts f = {.backfill = is_backfill(token), .live = true,
                              .waits = rc == SINK_RETRY, .poison = rc == SINK_POISON,
                              .dead_letter_policy = r->cfg->on_poison == POISON_DEAD_LETTER,

@@ -41,6 +41,11 @@ not model transactions, so only a real transaction coordinator proves it.
       records; the relayer SIGKILLed and started again reads the slot's
       last progress (at or after the last commit it made) and sends nothing
       twice
+  test_dead_letter_in_the_same_transaction
+      --on-poison dead-letter: an event over the producer's
+      message.max.bytes between small events of the same and later
+      PostgreSQL transactions: its dead letter and its neighbours are
+      committed together, each once, the small ones in order
   test_check_exactly_once_on_a_real_cluster
       `outbox-relay check --delivery exactly-once`: the coordinator answers
       (PASS), transaction.timeout.ms within the brokers' maximum (PASS)
@@ -427,3 +432,33 @@ def test_progress_read_after_compaction(kafka_cluster, pg, relayer, unique_topic
                 if h.get("event_type") == "real.marker"}
     committed, _, duplicates = check(pg, records, load, markers)
     assert duplicates == 0, "%d duplicates after reading a compacted progress topic" % duplicates
+
+
+def test_dead_letter_in_the_same_transaction(kafka_cluster, pg, relayer, unique_topic):
+    topic = kafka_cluster.create_topic(unique_topic(), partitions=1, rf=3, configs=MIN_ISR)
+    dlt = kafka_cluster.create_topic(unique_topic("dl"), partitions=1, rf=3, configs=MIN_ISR)
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *EOS,
+              "--progress-topic", unique_topic("progress"), "--on-poison", "dead-letter",
+              "--dead-letter-topic", dlt, "-X", "message.max.bytes=100000")
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")  # commit_marker's
+    agg = "00000000-0000-0000-0000-000000000027"
+    conn = pg.connect(autocommit=False)
+    cur = conn.cursor()
+    ids = []
+    for t in range(3):
+        for i in range(5):
+            payload = '{"n": %d}' % (t * 10 + i) if (t, i) != (1, 2) else \
+                '{"blob": "%s"}' % ("x" * 200000)
+            cur.execute("INSERT INTO events_outbox (aggregate_id, type, payload) VALUES "
+                        "(%s, 'eo.small', %s) RETURNING id", (agg, payload))
+            ids.append(cur.fetchone()[0])
+        conn.commit()
+    conn.close()
+    big = ids[7]
+    marker_id, marker_end = commit_marker(pg, "eo")
+    wait_confirmed(pg, r, marker_end)
+    assert r.terminate(30) == 0
+    got = [int(h["event_id"]) for _, _, _, _, h, _ in read_committed(kafka_cluster.bootstrap, [topic])]
+    assert got == [i for i in ids if i != big] + [marker_id], got
+    dead = read_committed(kafka_cluster.bootstrap, [dlt])
+    assert [h.get("event_id") for _, _, _, _, h, _ in dead] == [str(big)], dead
