@@ -33,6 +33,9 @@ def main():
     ap.add_argument("--grace", type=float, default=1.0)
     ap.add_argument("--ready", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--latency", action="store_true",
+                    help="also read t_us (the producer's clock_timestamp() before its commit, "
+                         "in µs) from each event's JSON value: latency p50/p99/max")
     a = ap.parse_args()
 
     c = Consumer({"bootstrap.servers": a.bootstrap, "group.id": "peers-bench",
@@ -50,6 +53,7 @@ def main():
 
     seen_n = [0] * a.count
     last_by_key = {}
+    lat = []
     examples = []  # the first few out-of-order records, for the log
     seen = distinct = dup = ooo = foreign = 0
     first = last_new = None
@@ -86,6 +90,11 @@ def main():
                 if first is None:
                     first = last_new
             seen_n[i] += 1
+            if a.latency:
+                try:
+                    lat.append(last_new * 1e6 - json.loads(m.value())["t_us"])
+                except (ValueError, KeyError, TypeError):
+                    pass
             # An aggregate's events go to the topics of their types: order
             # is kept (and checked) per topic and key.
             key = (m.topic(), m.key())
@@ -103,6 +112,13 @@ def main():
            "out_of_order": ooo, "foreign": foreign, "out_of_order_examples": examples,
            "first_unix_us": int(first * 1e6) if first else None,
            "last_new_unix_us": int(last_new * 1e6) if last_new else None}
+    if a.latency:
+        lat.sort()
+
+        def q(x):
+            return round(lat[min(len(lat) - 1, int(x * len(lat)))] / 1000, 2) if lat else None
+        res.update(latency_n=len(lat), latency_p50_ms=q(0.50), latency_p99_ms=q(0.99),
+                   latency_max_ms=q(1.0))
     with open(a.out, "w") as f:
         json.dump(res, f)
     return 0

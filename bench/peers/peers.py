@@ -107,6 +107,18 @@ def rss_kb(pid, key="VmRSS"):
     return 0
 
 
+def tree_ticks(pid):
+    """CPU ticks of a process tree now: every live process's, plus what the
+    root reaped (PostgreSQL: backends of connections that ended)."""
+    t = 0
+    for p in tree(pid):
+        try:
+            t += stat_ticks(p, p == pid)
+        except OSError:
+            pass
+    return t
+
+
 class TreeSampler:
     """Samples a process tree every 50 ms: the peak of the summed RSS and the
     CPU ticks of the tree (live processes plus what the root reaped)."""
@@ -317,12 +329,14 @@ class Bench:
     def floor(self, rep, plugin):
         name = self.slot("peers_recv", plugin)
         opts = W2J_OPTS if plugin == "wal2json" else PGO_OPTS
+        pg0 = tree_ticks(self.pg.proc.pid)
         t0 = time.time()
         p = subprocess.Popen([PG_BIN + "/pg_recvlogical", "-d", self.pg.dsn, "--slot", name,
                               "--start", "--endpos", self.end_lsn, "--no-loop", "-f", "/dev/null"]
                              + opts, stderr=open(os.path.join(self.work, "recv.log"), "a"))
         _, status, ru = os.wait4(p.pid, 0)
         t1 = time.time()
+        pg1 = tree_ticks(self.pg.proc.pid)
         p.returncode = os.waitstatus_to_exitcode(status)
         if p.returncode:
             raise Fail("pg_recvlogical exited %d: %s" % (p.returncode,
@@ -332,6 +346,7 @@ class Bench:
         self.record("pg_recvlogical (%s)" % plugin, rep, drain_s=secs,
                     events_per_s=self.a.events / secs,
                     cpu_us_per_event=(ru.ru_utime + ru.ru_stime) * 1e6 / self.a.events,
+                    pg_cpu_us_per_event=(pg1 - pg0) / TICK * 1e6 / self.a.events,
                     peak_rss_mib=ru.ru_maxrss / 1024, lost=None, duplicated=None,
                     out_of_order=None)
 
@@ -359,6 +374,7 @@ class Bench:
             raise Fail("consumer.py not ready in 30 s")
         plog = os.path.join(self.work, tag + ".log")
         cmd = make_cmd(k.bootstrap)
+        pg0 = tree_ticks(self.pg.proc.pid)
         t0 = time.time()
         proc = subprocess.Popen(cmd, stdout=open(plog, "w"), stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -370,6 +386,7 @@ class Bench:
                 cons.kill()
                 raise Fail("%s exited %d: %s" % (peer, proc.returncode, tail(plog)))
             time.sleep(0.02)
+        pg1 = tree_ticks(self.pg.proc.pid)
         if proc.poll() is None:
             sampler.finish()
         else:  # exited by itself (the polling relayer)
@@ -406,21 +423,38 @@ class Bench:
                     first_event_s=first,
                     events_per_s_after_first=(self.a.events - 1) / after if after else None,
                     cpu_us_per_event=ticks / TICK * 1e6 / self.a.events,
+                    pg_cpu_us_per_event=(pg1 - pg0) / TICK * 1e6 / self.a.events,
                     peak_rss_mib=peak_kb / 1024, processes=sampler.nprocs,
                     lost=res["lost"], duplicated=res["duplicated"],
                     out_of_order=res["out_of_order"], foreign=res["foreign"])
 
-    def relay(self, rep, plugin):
-        slot = self.slot("peers_relay", plugin)
-
-        def cmd(bootstrap):
+    def relay_cmd(self, plugin):
+        def cmd(bootstrap, slot):
             return [self.a.relay, "--dsn", self.pg.dsn, "--brokers", bootstrap, "--slot", slot,
                     "--plugin", plugin, "--metrics-addr", "127.0.0.1:%d" % free_port()]
-        self.brokered("outbox-relay (%s)" % plugin, rep, cmd, slot)
+        return cmd
+
+    def relay(self, rep, plugin):
+        slot = self.slot("peers_relay", plugin)
+        cmd = self.relay_cmd(plugin)
+        self.brokered("outbox-relay (%s)" % plugin, rep, lambda b: cmd(b, slot), slot)
+
+    def dbz_cmd(self, tag):
+        def cmd(bootstrap, slot):
+            return self.dbz_props_cmd(tag, bootstrap, slot)
+        return cmd
+
+    def dbz_name(self):
+        return "Debezium %s (embedded, outbox router)" % self.a.dbz_version
 
     def debezium(self, rep):
         slot = self.slot("peers_dbz", "pgoutput")
-        offsets = os.path.join(self.work, "dbz-offsets-%d.dat" % rep)
+        cmd = self.dbz_cmd("drain-%d" % rep)
+        # The JVM exits 143 on SIGTERM (after its shutdown hook).
+        self.brokered(self.dbz_name(), rep, lambda b: cmd(b, slot), slot, expect_rc=(0, 143))
+
+    def dbz_props_cmd(self, tag, bootstrap, slot):
+        offsets = os.path.join(self.work, "dbz-offsets-%s.dat" % tag)
         props = {
             "name": "outbox-peer",
             "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
@@ -452,18 +486,13 @@ class Bench:
             "transforms.outbox.route.topic.regex": r"(?<routedByValue>[^.]*)\..*",
             "transforms.outbox.route.topic.replacement": "${routedByValue}",
         }
-        pf = os.path.join(self.work, "dbz-%d.properties" % rep)
+        pf = os.path.join(self.work, "dbz-%s.properties" % tag)
         with open(pf, "w") as f:
             for k, v in props.items():
                 f.write("%s=%s\n" % (k, v.replace("\\", "\\\\")))
-
-        def cmd(bootstrap):
-            return ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                    "-cp", "%s/*:%s" % (self.a.dbz_lib, self.a.dbz_classes), "DebeziumPeer",
-                    pf, bootstrap]
-        # The JVM exits 143 on SIGTERM (after its shutdown hook).
-        self.brokered("Debezium %s (embedded, outbox router)" % self.a.dbz_version, rep, cmd, slot,
-                      expect_rc=(0, 143))
+        return ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-cp", "%s/*:%s" % (self.a.dbz_lib, self.a.dbz_classes), "DebeziumPeer",
+                pf, bootstrap]
 
     def poll(self, rep):
         self.pg.psql("UPDATE events_outbox SET dispatched_at = NULL WHERE dispatched_at IS NOT NULL",
@@ -472,6 +501,118 @@ class Bench:
         def cmd(bootstrap):
             return [self.a.poll, "--dsn", self.pg.dsn, "--brokers", bootstrap, "--exit-when-empty"]
         self.brokered("polling relayer (seed)", rep, cmd)
+
+    def poll_cmd(self, bootstrap, slot):
+        return [self.a.poll, "--dsn", self.pg.dsn, "--brokers", bootstrap]
+
+
+    # --------------------------------------------------- steady-rate latency
+
+    def next_id(self):
+        return int(self.pg.psql("SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END "
+                                "FROM events_outbox_id_seq"))
+
+    def consume(self, k, tag, min_id, count, latency=False, timeout=120):
+        """Starts consumer.py for ids [min_id, min_id + count); returns
+        (process, its output file) once its partitions are assigned."""
+        ready = os.path.join(self.work, tag + ".ready")
+        cout = os.path.join(self.work, tag + ".consumer.json")
+        clog = open(os.path.join(self.work, tag + ".consumer.log"), "w")
+        cons = subprocess.Popen([sys.executable, os.path.join(REPO, "bench/peers/consumer.py"),
+                                 "--bootstrap", k.bootstrap, "--topics", TOPICS,
+                                 "--min-id", str(min_id), "--count", str(count),
+                                 "--timeout", str(timeout), "--ready", ready, "--out", cout]
+                                + (["--latency"] if latency else []),
+                                stdout=clog, stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if os.path.exists(ready):
+                return cons, cout
+            if cons.poll() is not None:
+                raise Fail("consumer.py exited: " + tail(clog.name))
+            time.sleep(0.05)
+        raise Fail("consumer.py not ready in 30 s")
+
+    def steady(self, peer, make_cmd, plugin=None, expect_rc=(0,)):
+        """The peer running on a fresh slot (made just before it: no backlog)
+        and a fresh broker; one warm-up event read back; then for each rate,
+        pgbench inserting one-event transactions at that rate for
+        --steady-seconds, each event's payload carrying t_us (the server's
+        clock_timestamp() in the INSERT, just before its commit), and our
+        consumer's receive time minus t_us as the latency."""
+        tag0 = "steady-" + re.sub(r"\W+", "_", peer)
+        slot = None
+        if plugin:
+            slot = "peers_steady"
+            self.pg.psql("SELECT pg_create_logical_replication_slot('%s', '%s')" % (slot, plugin))
+        k = Kafka(self.work, tag0)
+        k.start()
+        plog = os.path.join(self.work, tag0 + ".log")
+        proc = subprocess.Popen(make_cmd(k.bootstrap, slot), stdout=open(plog, "w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        sampler = TreeSampler(proc.pid)
+        script = os.path.join(self.work, "steady.pgbench")
+        with open(script, "w") as f:
+            f.write("INSERT INTO events_outbox (aggregate_id, type, payload) VALUES "
+                    "(gen_random_uuid(), 'order.created', jsonb_build_object('t_us', "
+                    "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 'pad', "
+                    "repeat('x', 300)));\n")
+        try:
+            wid = self.next_id()
+            cons, cout = self.consume(k, tag0 + "-warm", wid, 1, timeout=180)
+            self.pg.psql("INSERT INTO events_outbox (aggregate_id, type, payload) VALUES "
+                         "(gen_random_uuid(), 'order.warm', '{}')")
+            while cons.poll() is None:
+                if proc.poll() is not None and proc.returncode not in expect_rc:
+                    cons.kill()
+                    raise Fail("%s exited %d: %s" % (peer, proc.returncode, tail(plog)))
+                time.sleep(0.05)
+            if json.load(open(cout))["lost"]:
+                raise Fail("%s: the warm-up event did not arrive in 180 s: %s" % (peer, tail(plog)))
+            for rate in self.a.rates:
+                n = rate * self.a.steady_seconds
+                clients = 4
+                n -= n % clients
+                mid = self.next_id()
+                tag = "%s-%d" % (tag0, rate)
+                cons, cout = self.consume(k, tag, mid, n, latency=True,
+                                          timeout=self.a.steady_seconds * 10 + 60)
+                sampler.sample()
+                c0 = sampler.ticks
+                t0 = time.time()
+                pgb = subprocess.run([PG_BIN + "/pgbench", "-n", "-M", "prepared", "-f", script,
+                                      "-c", str(clients), "-j", "2", "-R", str(rate),
+                                      "-t", str(n // clients), self.pg.dsn],
+                                     capture_output=True, text=True)
+                if pgb.returncode:
+                    raise Fail("pgbench: " + pgb.stderr[-500:])
+                tps = re.search(r"^tps = ([0-9.]+)", pgb.stdout, re.M)
+                while cons.poll() is None:
+                    if proc.poll() is not None and proc.returncode not in expect_rc:
+                        raise Fail("%s exited %d: %s" % (peer, proc.returncode, tail(plog)))
+                    time.sleep(0.05)
+                sampler.sample()
+                res = json.load(open(cout))
+                self.record(peer, 0, kind="steady", rate=rate, produced=n,
+                            achieved_tps=float(tps.group(1)) if tps else None,
+                            secs=time.time() - t0,
+                            cpu_us_per_event=(sampler.ticks - c0) / TICK * 1e6 / n,
+                            peak_rss_mib=sampler.peak_kb / 1024,
+                            lost=res["lost"], duplicated=res["duplicated"],
+                            out_of_order=res["out_of_order"],
+                            p50_ms=res.get("latency_p50_ms"), p99_ms=res.get("latency_p99_ms"),
+                            max_ms=res.get("latency_max_ms"))
+        finally:
+            sampler.finish()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            k.stop()
+            if slot:
+                self.pg.drop_slot(slot)
 
 
 def median(xs):
@@ -483,6 +624,7 @@ def median(xs):
 
 
 def table(results, base="outbox-relay (wal2json)"):
+    results = [r for r in results if r.get("kind") is None]
     peers = []
     for r in results:
         if r["peer"] not in peers:
@@ -492,7 +634,7 @@ def table(results, base="outbox-relay (wal2json)"):
         rs = [r for r in results if r["peer"] == p]
         med[p] = {k: median([r.get(k) for r in rs]) for k in
                   ("events_per_s", "cpu_us_per_event", "peak_rss_mib",
-                   "first_event_s", "events_per_s_after_first")}
+                   "first_event_s", "events_per_s_after_first", "pg_cpu_us_per_event")}
         med[p]["n"] = len(rs)
         for k in ("lost", "duplicated", "out_of_order"):
             vs = [r.get(k) for r in rs if r.get(k) is not None]
@@ -507,19 +649,46 @@ def table(results, base="outbox-relay (wal2json)"):
             return "—"
         return "%.2f×" % (med[p][k] / b[k])
     lines = ["| peer | runs | drain events/s | first event after s | events/s after it "
-             "| CPU µs/event | peak RSS MiB | lost / dup / out of order "
+             "| CPU µs/event | PostgreSQL CPU µs/event | peak RSS MiB | lost / dup / out of order "
              "| events/s ÷ relay | CPU ÷ relay | RSS ÷ relay |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in peers:
         m = med[p]
         corr = "—" if m["lost"] is None else "%d / %d / %d" % (m["lost"], m["duplicated"],
                                                                m["out_of_order"])
-        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             p, m["n"], f(m["events_per_s"], "%.0f"), f(m["first_event_s"], "%.2f"),
             f(m["events_per_s_after_first"], "%.0f"), f(m["cpu_us_per_event"], "%.1f"),
+            f(m["pg_cpu_us_per_event"], "%.1f"),
             f(m["peak_rss_mib"], "%.1f"), corr, ratio(p, "events_per_s"),
             ratio(p, "cpu_us_per_event"), ratio(p, "peak_rss_mib")))
     return "\n".join(lines), med
+
+
+def steady_table(results, base="outbox-relay (wal2json)"):
+    rs = [r for r in results if r.get("kind") == "steady"]
+    if not rs:
+        return ""
+    by = {(r["peer"], r["rate"]): r for r in rs}
+
+    def f(v, fmt):
+        return "—" if v is None else fmt % v
+    lines = ["| peer | rate events/s (achieved) | p50 ms | p99 ms | max ms | CPU µs/event "
+             "| lost / dup / out of order | p99 ÷ relay | CPU ÷ relay |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        b = by.get((base, r["rate"]), {})
+
+        def ratio(k):
+            if not b.get(k) or r.get(k) is None:
+                return "—"
+            return "%.2f×" % (r[k] / b[k])
+        lines.append("| %s | %d (%s) | %s | %s | %s | %s | %d / %d / %d | %s | %s |" % (
+            r["peer"], r["rate"], f(r["achieved_tps"], "%.0f"), f(r["p50_ms"], "%.1f"),
+            f(r["p99_ms"], "%.1f"), f(r["max_ms"], "%.1f"), f(r["cpu_us_per_event"], "%.1f"),
+            r["lost"], r["duplicated"], r["out_of_order"], ratio("p99_ms"),
+            ratio("cpu_us_per_event")))
+    return "\n".join(lines)
 
 
 def main():
@@ -536,8 +705,12 @@ def main():
     ap.add_argument("--kafka-version", default="")
     ap.add_argument("--json", required=True)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--rates", default="2000,5000",
+                    help="events/s of the steady-rate latency runs (empty: none)")
+    ap.add_argument("--steady-seconds", type=int, default=10)
     a = ap.parse_args()
     peers = a.peers.split(",")
+    a.rates = [int(x) for x in a.rates.split(",") if x]
     work = tempfile.mkdtemp(prefix="outbox-peers.")
     b = Bench(a, work)
     ok = False
@@ -563,6 +736,18 @@ def main():
         if "poll" in peers:
             for rep in range(1, a.reps + 1):
                 b.poll(rep)
+        # Steady rates: each peer on a fresh slot, after every drain.
+        if a.rates:
+            for p in peers:
+                if p == "relay-w2j":
+                    b.steady("outbox-relay (wal2json)", b.relay_cmd("wal2json"), "wal2json")
+                elif p == "relay-pgo":
+                    b.steady("outbox-relay (pgoutput)", b.relay_cmd("pgoutput"), "pgoutput")
+                elif p == "debezium":
+                    b.steady(b.dbz_name(), b.dbz_cmd("steady"), "pgoutput", expect_rc=(0, 143))
+            if "poll" in peers:
+                b.pg.psql("UPDATE events_outbox SET dispatched_at = now() WHERE dispatched_at IS NULL")
+                b.steady("polling relayer (seed)", b.poll_cmd)
         ok = True
     except Fail as e:
         log("ERROR:", e)
@@ -573,14 +758,19 @@ def main():
         else:
             log("logs kept in", work)
     md, med = table(b.results)
+    st = steady_table(b.results)
     doc = {"started": started, "events": a.events, "reps": a.reps, "transactions": getattr(b, "txs", None),
            "loadavg_before": load0, "loadavg_after": open("/proc/loadavg").read().split()[:3],
            "nproc": os.cpu_count(), "kafka": a.kafka_version, "debezium": a.dbz_version,
-           "ok": ok, "runs": b.results, "medians": med, "table": md}
+           "ok": ok, "runs": b.results, "medians": med, "table": md, "steady_table": st}
     os.makedirs(os.path.dirname(a.json), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump(doc, f, indent=1)
     print(md)
+    if st:
+        print("\nSteady rates (%d s each; latency: the INSERT's clock_timestamp() to our consumer):\n"
+              % a.steady_seconds)
+        print(st)
     print("\n%d events (%s transactions), %d repetition(s), medians; started %s, load before %s; raw: %s"
           % (a.events, doc["transactions"], a.reps, started, " ".join(load0), a.json))
     bad = [r for r in b.results if r.get("lost") or r.get("duplicated") or r.get("out_of_order")]

@@ -26,28 +26,40 @@
 # go-pq-cdc-kafka is not run: the Go module proxy this machine reaches
 # refuses github.com/Trendyol/go-pq-cdc-kafka (and go-pq-cdc) with 403.
 #
-# For each: events/s from the process's start until our consumer
+# Drain, for each: events/s from the process's start until our consumer
 # (bench/peers/consumer.py, every partition assigned before the start) has
 # read every event; CPU µs per event of the whole process tree (JVM
 # included) up to then; peak RSS of the tree; events lost, duplicated and
 # out of per-aggregate order. One Markdown table at the end (medians of
 # --reps, ratios to outbox-relay with wal2json); the raw results as JSON in
-# bench/peers/results/ (not committed). Exits 1 when a run failed or an
+# bench/peers/results/ (not committed).
+#
+# Steady rates, after the drains (not the floor): each relaying peer on a
+# fresh slot and broker, pgbench inserting one-event transactions at each of
+# --rates events/s for --steady-seconds; latency p50/p99/max from the
+# INSERT's clock_timestamp() (in the payload, just before the commit and
+# its flush) to our consumer reading the event; CPU µs per event of the
+# tree over the run. Exits 1 when a run failed or an
 # event was lost, duplicated or reordered.
 #
 # Options: --events N (100000), --reps N (1), --peers LIST (all of the
-# above, comma-separated), --smoke, --keep (keep logs), --json FILE.
+# above, comma-separated), --rates LIST (2000,5000; "" for none),
+# --steady-seconds N (10), --smoke (2,000 events, no steady rates),
+# --keep (keep logs), --json FILE.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${OUTBOX_RELAY_BUILD:-$repo/build}
 events=100000 reps=1 peers=recv,relay-w2j,relay-pgo,debezium,poll keep=() json=""
+rates=2000,5000 steady_seconds=10
 while [ $# -gt 0 ]; do
     case "$1" in
     --events) events=${2:?}; shift ;;
     --reps) reps=${2:?}; shift ;;
     --peers) peers=${2:?}; shift ;;
-    --smoke) events=2000 reps=1 ;;
+    --rates) rates=${2?}; shift ;;
+    --steady-seconds) steady_seconds=${2:?}; shift ;;
+    --smoke) events=2000 reps=1 rates="" ;;
     --keep) keep=(--keep) ;;
     --json) json=${2:?}; shift ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -84,4 +96,5 @@ fi
 exec /usr/bin/python3 "$repo/bench/peers/peers.py" --events "$events" --reps "$reps" --peers "$peers" \
     --relay "$build/outbox-relay" --poll "$cache/polling-relayer" \
     --dbz-lib "$dbz_lib" --dbz-classes "$cache/debezium-classes" --dbz-version "$dbz_version" \
-    --kafka-version "$kafka_version" --json "$json" "${keep[@]}"
+    --kafka-version "$kafka_version" --json "$json" --rates "$rates" \
+    --steady-seconds "$steady_seconds" "${keep[@]}"
