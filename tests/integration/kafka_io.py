@@ -68,16 +68,44 @@ def topic_partitions(bootstrap, topic, timeout=10):
         c.close()
 
 
+# Errors a consumer of a topic being created (auto-creation by the
+# relayer's first produce) or of a partition changing leader sees for a
+# moment on a real cluster: read on.
+_TRANSIENT = ("_PARTITION_EOF", "UNKNOWN_TOPIC_OR_PART", "LEADER_NOT_AVAILABLE",
+              "NOT_LEADER_FOR_PARTITION", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC")
+
+
+def _transient(err):
+    from confluent_kafka import KafkaError
+    return any(err.code() == getattr(KafkaError, name, None) for name in _TRANSIENT)
+
+
+def _ends(c, topic, parts):
+    """{partition: high watermark} now (-1 for one that cannot be asked)."""
+    from confluent_kafka import TopicPartition
+    ends = {}
+    for p in parts:
+        try:
+            ends[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+        except Exception:  # a partition without a leader for a moment
+            ends[p] = -1
+    return ends
+
+
 def read_messages(bootstrap, topic, expected=None, timeout=30, wait_topic=True):
     """Reads `topic` from the beginning of every partition.
 
     Returns when `expected` messages have arrived, or after `timeout`
-    seconds (so expected=None means "everything seen within timeout").
+    seconds. expected=None means "everything seen within timeout, and at
+    least everything the topic held when the read began": a read that has
+    not reached the high watermarks of its start by the deadline goes on
+    for up to 60 s more (a loaded real cluster can take longer than a short
+    window to hand back a few messages).
     A topic that does not exist yet is waited for (until the deadline)
     without being auto-created; if it never appears, [] is returned.
     Messages come back per partition in offset order.
     """
-    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING, KafkaError
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
     deadline = time.monotonic() + timeout
     c = Consumer(_consumer_conf(bootstrap))
     out = []
@@ -92,18 +120,23 @@ def read_messages(bootstrap, topic, expected=None, timeout=30, wait_topic=True):
             if not wait_topic or time.monotonic() >= deadline:
                 return out
             time.sleep(0.2)
+        ends = _ends(c, topic, parts) if expected is None else {}
+        seen = {p: 0 for p in parts}  # next offset to read per partition
+        hard = deadline + 60
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         while expected is None or len(out) < expected:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= hard or (now >= deadline and
+                               all(seen[p] >= e for p, e in ends.items())):
                 break
-            batch = c.consume(num_messages=10000, timeout=min(left, 0.5))
+            batch = c.consume(num_messages=10000, timeout=max(0.05, min(deadline - now, 0.5)))
             for m in batch:
                 if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
+                    if _transient(m.error()):
                         continue
                     raise RuntimeError("consume error: %s" % m.error())
                 out.append(Message(m))
+                seen[m.partition()] = max(seen.get(m.partition(), 0), m.offset() + 1)
     finally:
         c.close()
     out.sort(key=lambda m: (m.partition, m.offset))
@@ -135,6 +168,8 @@ def scan_messages(bootstrap, topic, on_message, expected, timeout=60):
                 break
             for m in c.consume(num_messages=100000, timeout=min(left, 0.5)):
                 if m.error() is not None:
+                    if _transient(m.error()):
+                        continue
                     raise RuntimeError("consume error: %s" % m.error())
                 on_message(m)
                 n += 1
