@@ -426,6 +426,71 @@ static const char *topic_key(struct sink *sk, const struct outbox_event *ev, siz
     return sk->topic_key;
 }
 
+/* A topic the producer has not met yet may be one the brokers create on
+ * first use (auto.create.topics.enable). While they create it, Kafka
+ * answers its metadata with LEADER_NOT_AVAILABLE or without partitions, and
+ * librdkafka 2.0.2 fails what was queued for it then ("Local: Unknown
+ * partition") instead of waiting; the relay rewinds, and everything after
+ * the confirmed position goes out twice (seen on a loaded three-broker
+ * Kafka 4.4). So the first time a topic is met, its metadata is asked for
+ * (which creates it where the brokers do) until it has partitions, for at
+ * most TOPIC_READY_MS. A topic the brokers say does not exist, or brokers
+ * that do not answer, are left to the usual path (topic_missing: wait and
+ * alert). */
+#define TOPIC_READY_MS 3000
+
+/* Whether another cached handle names the same topic (two types mapped to
+ * one topic): then it was met before. */
+static bool topic_met(const struct sink *sk, const rd_kafka_topic_t *rkt)
+{
+    const char *name = rd_kafka_topic_name(rkt);
+    for (size_t i = 0; i < TOPIC_SLOTS; i++) {
+        const struct topic_entry *t = &sk->topics.slots[i];
+        if (t->type != NULL && t->handle != NULL && t->handle != rkt &&
+            strcmp(rd_kafka_topic_name(t->handle), name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Each metadata request is bounded on its own (the relay loop sends no
+ * status update meanwhile); brokers that are down, or do not answer in
+ * time, end the wait at once. */
+#define TOPIC_READY_ASK_MS 500
+
+static void await_partitions(struct sink *sk, rd_kafka_topic_t *rkt)
+{
+    if (!sk->brokers_up || topic_met(sk, rkt))
+        return;
+    double until = mono_now() + TOPIC_READY_MS / 1000.0;
+    int asked = 0;
+    for (;;) {
+        double left = until - mono_now();
+        if (left <= 0)
+            break;
+        const struct rd_kafka_metadata *md = NULL;
+        int ask_ms = left * 1000 < TOPIC_READY_ASK_MS ? (int) (left * 1000) + 1
+                                                       : TOPIC_READY_ASK_MS;
+        rd_kafka_resp_err_t e = rd_kafka_metadata(sk->rk, 0, rkt, &md, ask_ms);
+        bool creating = false;
+        asked++;
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1) {
+            const struct rd_kafka_metadata_topic *t = &md->topics[0];
+            creating = t->err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
+                       (t->err == RD_KAFKA_RESP_ERR_NO_ERROR && t->partition_cnt == 0);
+        }
+        if (md != NULL)
+            rd_kafka_metadata_destroy(md);
+        if (!creating)
+            break;
+        struct timespec pause = {0, 100 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    if (asked > 1)
+        log_debug("topic=%s: waited for the brokers to create it (%d metadata requests)",
+                  rd_kafka_topic_name(rkt), asked);
+}
+
 /* The topic handle for ev's type (and columns), from the cache or created
  * and cached; NULL when the cache is full (the caller produces by name).
  * Sets sk->last_topic. Returns SINK_POISON when the template gives no valid
@@ -461,6 +526,7 @@ static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_to
         rd_kafka_topic_destroy(h); /* out of memory: by name, uncached */
         return SINK_OK;
     }
+    await_partitions(sk, h);
     *rkt = h;
     sk->last_topic = rd_kafka_topic_name(h);
     return SINK_OK;
