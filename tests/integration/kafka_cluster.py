@@ -34,6 +34,8 @@ with the reason when Maven Central cannot be reached.
 """
 
 import base64
+import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -131,6 +133,39 @@ def _sweep_orphans():
             shutil.rmtree(d, ignore_errors=True)
         except (OSError, ValueError):
             pass  # being created, or not ours to judge
+
+
+# How many clusters of this machine may be starting JVMs at once, across
+# every xdist worker and the run's shared cluster (lock files in the temp
+# dir). A JVM's start is mostly CPU: ten workers starting clusters together
+# on two cores made each of them miss its timeout. Waiting for a slot does
+# not count against a start's timeout.
+START_SLOTS = int(os.environ.get("OUTBOX_KAFKA_START_SLOTS", "2"))
+
+
+@contextlib.contextmanager
+def start_slot():
+    """Holds one of START_SLOTS start slots for the with-block."""
+    d = os.path.join(tempfile.gettempdir(), "outbox-kafka-start-slots")
+    os.makedirs(d, exist_ok=True)
+    held = None
+    while held is None:
+        for i in range(START_SLOTS):
+            f = open(os.path.join(d, "slot-%d" % i), "w")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            held = f
+            break
+        else:
+            time.sleep(0.3)
+    try:
+        yield
+    finally:
+        fcntl.flock(held, fcntl.LOCK_UN)
+        held.close()
 
 
 def _admin(bootstrap):
@@ -369,13 +404,14 @@ class KafkaCluster(_TopicOps):
             if self.sasl_users:
                 self._certificates()
             self._configure()
-            self._format(start_timeout)
-            t0 = time.monotonic()
-            for node in self.nodes:
-                node.start()
-            for node in self.nodes:
-                node.wait_started(max(10, start_timeout - (time.monotonic() - t0)))
-            self.wait_brokers(sorted(self.brokers_by_id), start_timeout)
+            with start_slot():
+                self._format(start_timeout)
+                t0 = time.monotonic()
+                for node in self.nodes:
+                    node.start()
+                for node in self.nodes:
+                    node.wait_started(max(10, start_timeout - (time.monotonic() - t0)))
+                self.wait_brokers(sorted(self.brokers_by_id), start_timeout)
         except BaseException:
             self.cleanup()
             raise
@@ -550,12 +586,13 @@ class KafkaCluster(_TopicOps):
         """SIGKILLs broker n, as a crash would (no controlled shutdown)."""
         self._broker(n).signal_and_wait(signal.SIGKILL, 30)
 
-    def start(self, n, timeout=120):
+    def start(self, n, timeout=240):
         """Starts broker n again on its data dir and waits until it is up
         and registered (not necessarily back in every ISR: wait_isr)."""
         node = self._broker(n)
-        node.start()
-        node.wait_started(timeout)
+        with start_slot():
+            node.start()
+            node.wait_started(timeout)
         wait_until(lambda: n in self._brokers_quiet(), timeout, interval=0.3,
                    message="broker %d in the metadata" % n)
 

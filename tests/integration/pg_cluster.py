@@ -365,7 +365,21 @@ class PgCluster:
                 raise RuntimeError("postgres exited with %s during start:\n%s"
                                    % (self.proc.returncode, self.log_text()[-3000:]))
             try:
-                psycopg2.connect(self.dsn(), connect_timeout=5).close()
+                conn = psycopg2.connect(self.dsn(), connect_timeout=5)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute("SHOW data_directory")
+                        answering = cur.fetchone()[0]
+                finally:
+                    conn.close()
+                ours = self.install.server_path(self.datadir)
+                if os.path.normpath(answering) != os.path.normpath(ours):
+                    # Another test's server took the port between
+                    # free_port() and our bind, and answered for us (ours
+                    # then fails to bind): the test would run on its data.
+                    self.stop(mode="immediate")
+                    raise RuntimeError("Address already in use: port %d answers for %s, not %s"
+                                       % (self.port, answering, ours))
                 return
             except psycopg2.OperationalError:
                 if time.monotonic() >= deadline:
