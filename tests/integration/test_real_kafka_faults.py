@@ -257,29 +257,37 @@ def test_dead_letter_takes_only_the_oversized_event_of_a_batch(kafka_cluster, pg
     assert r.terminate(30) == 0, r.log_tail()
 
 
-def test_backfill_dead_letters_only_the_oversized_row_of_a_batch(kafka_cluster, pg, relayer,
-                                                                  unique_topic):
-    """The same for the backfill, whose rows go out in batches too: 20
-    small rows, the oversized one and 20 small ones, all of one aggregate,
-    pending before the slot exists (--backfill pending). The run stops at
-    the shared refusal and is resumed producing one row at a time up to the
-    last row it had produced; only the oversized row is dead-lettered, the
-    40 others arrive in id order and the backfill finishes."""
+def backfill_past_an_oversized_row(cluster, pg, relayer, unique_topic):
+    """20 small rows, one over the topic's max.message.bytes and 20 small
+    ones, all of one aggregate, pending before the slot exists, published
+    by --backfill pending with --on-poison dead-letter; returns (relayer,
+    row ids, the oversized row's id, topic, dead-letter topic) once the
+    backfill is done."""
     from test_backfill import marker
-    topic = small_topic(kafka_cluster, unique_topic())
-    dlq = kafka_cluster.create_topic(unique_topic("dlq"), partitions=1, rf=3, configs=MIN_ISR)
+    topic = small_topic(cluster, unique_topic())
+    dlq = cluster.create_topic(unique_topic("dlq"), partitions=1, rf=3, configs=MIN_ISR)
     agg = str(uuid.uuid4())
     rows = [("small.a", '{"i": %d}' % i) for i in range(20)] + [("big.huge", BIG_PAYLOAD)] \
         + [("small.b", '{"i": %d}' % i) for i in range(20)]
-    ids = []
-    for typ, payload in rows:
-        ids.append(pg.scalar("INSERT INTO events_outbox (aggregate_id, type, payload) "
-                             "VALUES (%s, %s, %s) RETURNING id", (agg, typ, payload)))
-    big = ids[20]
-    r = start(relayer, pg, kafka_cluster.bootstrap, topic, "--on-poison", "dead-letter",
+    ids = [pg.scalar("INSERT INTO events_outbox (aggregate_id, type, payload) "
+                     "VALUES (%s, %s, %s) RETURNING id", (agg, typ, payload))
+           for typ, payload in rows]
+    r = start(relayer, pg, cluster.bootstrap, topic, "--on-poison", "dead-letter",
               "--dead-letter-topic", dlq, "--backfill", "pending")
     wait_until(lambda: (marker(pg) or {}).get("backfill_state") == "done", 120, interval=0.3,
                message="the backfill to finish; log:\n%s" % r.log_tail())
+    return r, ids, ids[20], topic, dlq
+
+
+def test_backfill_dead_letters_only_the_oversized_row_of_a_batch(kafka_cluster, pg, relayer,
+                                                                  unique_topic):
+    """The same for the backfill, whose rows go out in batches too
+    (backfill_past_an_oversized_row). The run stops at the shared refusal
+    and is resumed producing one row at a time up to the last row it had
+    produced; only the oversized row is dead-lettered, the 40 others
+    arrive and the backfill finishes."""
+    r, ids, big, topic, dlq = backfill_past_an_oversized_row(kafka_cluster, pg, relayer,
+                                                             unique_topic)
     assert r.running(), r.log_tail()
     r.wait_for_log(r"backfill: .*with other rows in the same request", timeout=1)
     got = ids_in(kafka_cluster.bootstrap, topic)
@@ -305,21 +313,10 @@ def test_backfill_dead_letters_only_the_oversized_row_of_a_batch(kafka_cluster, 
 def test_backfill_isolation_keeps_the_aggregates_order(kafka_cluster, pg, relayer, unique_topic):
     """The rows of one aggregate, the oversized one among them, keep their
     id order in the topic (first copies) through the isolation."""
-    from test_backfill import marker
-    topic = small_topic(kafka_cluster, unique_topic())
-    dlq = kafka_cluster.create_topic(unique_topic("dlq"), partitions=1, rf=3, configs=MIN_ISR)
-    agg = str(uuid.uuid4())
-    rows = [("small.a", '{"i": %d}' % i) for i in range(20)] + [("big.huge", BIG_PAYLOAD)] \
-        + [("small.b", '{"i": %d}' % i) for i in range(20)]
-    ids = [pg.scalar("INSERT INTO events_outbox (aggregate_id, type, payload) "
-                     "VALUES (%s, %s, %s) RETURNING id", (agg, typ, payload))
-           for typ, payload in rows]
-    r = start(relayer, pg, kafka_cluster.bootstrap, topic, "--on-poison", "dead-letter",
-              "--dead-letter-topic", dlq, "--backfill", "pending")
-    wait_until(lambda: (marker(pg) or {}).get("backfill_state") == "done", 120, interval=0.3,
-               message="the backfill to finish")
+    r, ids, big, topic, _ = backfill_past_an_oversized_row(kafka_cluster, pg, relayer,
+                                                           unique_topic)
     got = ids_in(kafka_cluster.bootstrap, topic)
-    small = [i for i in ids if i != ids[20]]
+    small = [i for i in ids if i != big]
     assert [got[i][0] for i in small] == sorted(got[i][0] for i in small)
     assert r.terminate(30) == 0, r.log_tail()
 
