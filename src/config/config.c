@@ -356,11 +356,13 @@ static bool bool_true(const char *v)
 
 /* Refuses librdkafka settings that void the guarantee: the slot is
  * confirmed on delivery reports, so a report must mean "stored on every
- * in-sync replica, once, in order" (idempotence, acks=all) and an outage
+ * in-sync replica, once, in order" (idempotence, acks=all, no event
+ * written past one the broker refused: the gapless guarantee) and an outage
  * must make deliveries wait, never fail for lack of time. */
 static int check_kafka_guarantees(const struct relay_config *cfg, char *err, size_t errlen)
 {
     static const char *const idem[] = {"enable.idempotence", NULL};
+    static const char *const gapless[] = {"enable.gapless.guarantee", NULL};
     static const char *const acks[] = {"acks", "request.required.acks", NULL};
     static const char *const inflight[] = {"max.in.flight.requests.per.connection",
                                            "max.in.flight", NULL};
@@ -375,6 +377,13 @@ static int check_kafka_guarantees(const struct relay_config *cfg, char *err, siz
         snprintf(err, errlen, "-X %s=%s is refused: without the idempotent producer a retried "
                  "request can store an event twice or out of order, and a delivery report no "
                  "longer proves per-aggregate order; leave %s at true", name, v, name);
+        return -1;
+    }
+    if ((v = kafka_prop(cfg, gapless, &name)) && !bool_true(v)) {
+        snprintf(err, errlen, "-X %s=%s is refused: after a batch the broker refuses (an event "
+                 "too large for the topic) the producer would go on with the events behind it, "
+                 "and a later event of an aggregate could reach Kafka before an earlier one; "
+                 "leave %s at true", name, v, name);
         return -1;
     }
     if ((v = kafka_prop(cfg, acks, &name)) && strcasecmp(v, "all") != 0 && strcmp(v, "-1") != 0) {

@@ -18,12 +18,10 @@ enum report_verdict report_judge(const struct report_facts *f)
         return f->backfill ? REPORT_BACKFILL_RETRY : REPORT_REWIND;
     /* A broker refuses a whole batch for one record's size: before any
      * event of it is judged poison, each is produced alone (a backfill row
-     * by the run resumed one row at a time). */
-    if (f->poison && f->shared && !f->to_dead_letter_topic) {
-        if (f->backfill)
-            return REPORT_BACKFILL_ISOLATE;
-        return f->rewinding ? REPORT_SKIP : REPORT_ISOLATE;
-    }
+     * by the run resumed one row at a time). Even when a rewind is already
+     * pending: it would produce the event in a batch again. */
+    if (f->poison && f->shared && !f->to_dead_letter_topic)
+        return f->backfill ? REPORT_BACKFILL_ISOLATE : REPORT_ISOLATE;
     switch (deadletter_judge(f->dead_letter_policy, f->poison, f->rewinding,
                              f->to_dead_letter_topic)) {
     case DEADLETTER_SKIP:

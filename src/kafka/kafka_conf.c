@@ -21,13 +21,22 @@ int kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, ch
     return 0;
 }
 
-/* Called from librdkafka's threads: log_msg is thread-safe. */
+/* Called from librdkafka's threads: log_msg is thread-safe. librdkafka
+ * warns at every start that enable.gapless.guarantee is experimental; the
+ * producer sets it on purpose (sink.c), so that warning is dropped, and
+ * so is its stop at a gap, which the sink logs with what it does. */
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     enum log_level l = level <= 3 ? LOG_LEVEL_ERROR
                      : level <= 4 ? LOG_LEVEL_WARN
                      : level <= 6 ? LOG_LEVEL_INFO
                                   : LOG_LEVEL_DEBUG;
+    if (strcmp(fac, "CONFWARN") == 0 && strstr(buf, "enable.gapless.guarantee is experimental"))
+        return;
+    /* The gapless guarantee's stop is not fatal to us: the sink says what
+     * it does about it (sink.c, on_error). */
+    if (strcmp(fac, "FATAL") == 0 && strstr(buf, "unable to satisfy gap-less guarantee"))
+        return;
     if (log_enabled(l))
         log_msg(l, "kafka %s: %s", fac, buf);
 }

@@ -19,6 +19,20 @@
  * the message's opaque) gets the time librdkafka's thread saw the broker's
  * acknowledgement, from an on_acknowledgement interceptor.
  *
+ * A gap stops the producer (enable.gapless.guarantee). When a broker
+ * refuses a batch for good (a record too large for the topic, a policy),
+ * librdkafka would otherwise bump the idempotent producer's epoch and go on
+ * with the partition's next messages, which were queued or in flight behind
+ * the refused batch: a later event of the same aggregate would reach Kafka
+ * before the refused one is produced again, and a consumer that keeps the
+ * first copy of each event would apply them out of order. Instead librdkafka
+ * raises __GAPLESS_GUARANTEE as a fatal error; the broker refuses what was
+ * in flight behind the gap (its sequence numbers skip one), the queues are
+ * purged, and every message of the stopped producer is reported. The sink
+ * is then "stopped at a gap" (not fatal): the caller rewinds, and the next
+ * produce, once nothing of the old producer is in flight, replaces it
+ * (stopped_at_gap, renew) from the configuration kept for that.
+ *
  * The hot path is measured (bench/run.sh; the history is in
  * docs/benchmarks.md, "What was changed"): events go out through a topic
  * handle cached per event type (topic.h), and a successful delivery report
@@ -85,6 +99,9 @@ struct sink {
     int topic_cols[OUTBOX_MAX_EXTRA];
     char topic_key[1024];
     rd_kafka_t *rk;
+    rd_kafka_conf_t *conf; /* what every producer of this sink is made from
+                              (renew), without the interceptor, which
+                              rd_kafka_conf_dup does not copy */
     rd_kafka_queue_t *mainq;
     struct wake wake; /* readable while reports wait (on_queue_event) */
     atomic_bool lazy; /* read by on_queue_event: no wake-up while set */
@@ -97,7 +114,10 @@ struct sink {
     size_t inflight_bytes;
     size_t max_message_bytes;
     bool fatal;
+    bool at_gap; /* the producer stopped at a refused batch: replaced once
+                    nothing of it is in flight (see the top of this file) */
     bool closing;
+    unsigned long long renewals; /* producers replaced at a gap */
     bool brokers_up;
     double auth_logged_at; /* monotonic s of the last authentication error logged */
     const char *last_topic; /* a cached handle's name, or last_topic_buf */
@@ -178,6 +198,23 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     return rd_kafka_interceptor_add_on_acknowledgement(rk, "outbox-relay", on_ack, ic_opaque);
 }
 
+/* Whether the producer stopped at a gap (its first fatal error is the
+ * gapless guarantee's): set before the reports of the refused batch and of
+ * everything behind it are queued. */
+static bool stopped_at_gap(rd_kafka_t *rk)
+{
+    char buf[8];
+    return rd_kafka_fatal_error(rk, buf, sizeof buf) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
+}
+
+/* The errors of the records behind a gap. */
+static bool behind_gap(rd_kafka_resp_err_t err)
+{
+    return err == RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER ||
+           err == RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID || err == RD_KAFKA_RESP_ERR__FATAL ||
+           err == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct sink *sk = opaque;
@@ -209,11 +246,19 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
             header_str(hdrs, "ce_type", event_type, sizeof event_type);
     }
 
+    /* Behind a gap, what fails for the gap is not the event's fault
+     * (refused for its skipped sequence number, or failed with the
+     * stopped producer; purged ones are retriable anyway): produced again
+     * after the rewind, on a new producer. The refused batch's own records
+     * keep their error and its class (poison, authorization, fatal). */
+    enum kafka_err_class cls = kafka_err_classify(m->err);
+    if (behind_gap(m->err) && (sk->at_gap || stopped_at_gap(rk)))
+        cls = KAFKA_ERR_RETRIABLE;
     struct sink_report rep = {
         .err = m->err,
         .errstr = m->err ? rd_kafka_err2str(m->err) : "",
-        .cls = kafka_err_classify(m->err),
-        .poison = kafka_err_classify(m->err) == KAFKA_ERR_POISON,
+        .cls = cls,
+        .poison = cls == KAFKA_ERR_POISON,
         .event_id = event_id,
         .event_type = event_type,
         .topic = m->rkt ? rd_kafka_topic_name(m->rkt) : "",
@@ -247,6 +292,13 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char buf[256];
         rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof buf);
+        if (orig == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE) {
+            sk->at_gap = true;
+            log_warn("kafka: %s; the producer stops there so that nothing behind the refused "
+                     "batch is written before it, and is replaced once its %zu deliveries in "
+                     "flight have reported", buf, sk->inflight);
+            return;
+        }
         snprintf(sk->errstr, sizeof sk->errstr, "fatal Kafka producer error %s: %s",
                  rd_kafka_err2name(orig), buf);
         sk->fatal = true;
@@ -272,6 +324,95 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         return;
     }
     log_warn("kafka: %s: %s", rd_kafka_err2name((rd_kafka_resp_err_t) err), reason);
+}
+
+/* Makes sk's producer from sk->conf (a copy of it, with the interceptor,
+ * which a copy does not carry). Returns 0, or -1 with a message in err. */
+static int start_producer(struct sink *sk, char *err, size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_dup(sk->conf);
+    if (conf == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (rd_kafka_conf_interceptor_add_on_new(conf, "outbox-relay", on_new, sk) !=
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(err, errlen, "cannot add the Kafka producer's acknowledgement interceptor");
+        return -1;
+    }
+    char e[512];
+    sk->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
+    if (sk->rk == NULL) {
+        snprintf(err, errlen, "cannot create the Kafka producer: %s", e);
+        refused_conf = conf; /* not destroyed: see refused_conf */
+        return -1;
+    }
+    sk->mainq = rd_kafka_queue_get_main(sk->rk);
+    rd_kafka_queue_cb_event_enable(sk->mainq, on_queue_event, sk);
+    return 0;
+}
+
+static void release_topic(void *rkt)
+{
+    rd_kafka_topic_destroy(rkt);
+}
+
+/* Destroys sk's producer and the topic handles made by it. */
+static void stop_producer(struct sink *sk)
+{
+    topic_cache_clear(&sk->topics, release_topic);
+    sk->last_topic = sk->last_topic_buf;
+    sk->last_topic_buf[0] = '\0';
+    if (sk->mainq != NULL) {
+        rd_kafka_queue_cb_event_enable(sk->mainq, NULL, NULL);
+        rd_kafka_queue_destroy(sk->mainq);
+        sk->mainq = NULL;
+    }
+    if (sk->rk != NULL)
+        rd_kafka_destroy(sk->rk);
+    sk->rk = NULL;
+}
+
+/* Replaces a producer stopped at a gap, once nothing of it is in flight
+ * (the top of this file). Returns SINK_OK, SINK_RETRY while reports of the
+ * old one are outstanding, or SINK_FATAL when no new one can be made; the
+ * last two with sk->errstr and sk->err_class set. */
+static int renew_at_gap(struct sink *sk)
+{
+    if (sk->inflight > 0) {
+        snprintf(sk->errstr, sizeof sk->errstr,
+                 "the Kafka producer stopped at a batch the broker refused, so that nothing "
+                 "behind it is written out of order; it is replaced once its %zu deliveries in "
+                 "flight have reported", sk->inflight);
+        sk->err_class = KAFKA_ERR_RETRIABLE;
+        return SINK_RETRY;
+    }
+    stop_producer(sk);
+    char e[SINK_ERRLEN];
+    if (start_producer(sk, e, sizeof e) < 0) {
+        snprintf(sk->errstr, sizeof sk->errstr, "%s", e);
+        sk->fatal = true;
+        sk->err_class = KAFKA_ERR_FATAL;
+        return SINK_FATAL;
+    }
+    sk->at_gap = false;
+    sk->brokers_up = true;
+    sk->renewals++;
+    log_info("kafka: the producer stopped at a refused batch is replaced by a new one "
+             "(%llu so far)", (unsigned long long) sk->renewals);
+    return SINK_OK;
+}
+
+/* Whether sk can produce now: SINK_OK, or an enum sink_rc with sk->errstr
+ * set (a fatal producer; one at a gap that cannot be replaced yet). */
+static int sink_ready(struct sink *sk)
+{
+    if (sk->fatal) {
+        sk->err_class = KAFKA_ERR_FATAL;
+        return SINK_FATAL;
+    }
+    return sk->at_gap ? renew_at_gap(sk) : SINK_OK;
 }
 
 struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report, void *ctx,
@@ -313,6 +454,7 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
          kafka_conf_set(conf, "bootstrap.servers", opts->brokers, err, errlen) < 0) ||
         kafka_conf_set(conf, "client.id", "outbox-relay", err, errlen) < 0 ||
         kafka_conf_set(conf, "enable.idempotence", "true", err, errlen) < 0 ||
+        kafka_conf_set(conf, "enable.gapless.guarantee", "true", err, errlen) < 0 ||
         kafka_conf_set(conf, "acks", "all", err, errlen) < 0 ||
         kafka_conf_set(conf, "message.timeout.ms", "0", err, errlen) < 0 ||
         /* Low latency without a slower drain; linger 0 needs Nagle off
@@ -334,37 +476,23 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
     rd_kafka_conf_set_opaque(conf, sk);
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
-    if (rd_kafka_conf_interceptor_add_on_new(conf, "outbox-relay", on_new, sk) !=
-        RD_KAFKA_RESP_ERR_NO_ERROR) {
-        snprintf(err, errlen, "cannot add the Kafka producer's acknowledgement interceptor");
-        goto fail;
-    }
-
-    char e[512];
     kafka_conf_warn_scram(conf, "the Kafka producer");
-    sk->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
-    if (sk->rk == NULL) {
-        snprintf(err, errlen, "cannot create the Kafka producer: %s", e);
-        refused_conf = conf; /* not destroyed: see refused_conf */
-        conf = NULL;
-        goto fail;
-    }
-    conf = NULL; /* owned by rk now */
-
+    sk->conf = conf;
+    conf = NULL; /* the sink's now */
     if (wake_init(&sk->wake) < 0) {
         snprintf(err, errlen, "cannot create a pipe for Kafka events");
         goto fail;
     }
-    sk->mainq = rd_kafka_queue_get_main(sk->rk);
-    rd_kafka_queue_cb_event_enable(sk->mainq, on_queue_event, sk);
+    if (start_producer(sk, err, errlen) < 0)
+        goto fail;
     return sk;
 
 fail:
     if (conf != NULL)
         rd_kafka_conf_destroy(conf);
     if (sk != NULL) {
-        if (sk->rk != NULL)
-            rd_kafka_destroy(sk->rk);
+        if (sk->conf != NULL)
+            rd_kafka_conf_destroy(sk->conf);
         wake_destroy(&sk->wake);
         free(sk);
     }
@@ -381,11 +509,6 @@ static void free_chunks(struct sink *sk)
     sk->free_msgs = NULL;
 }
 
-static void release_topic(void *rkt)
-{
-    rd_kafka_topic_destroy(rkt);
-}
-
 void sink_free(struct sink *sk, int timeout_ms)
 {
     if (sk == NULL)
@@ -399,10 +522,8 @@ void sink_free(struct sink *sk, int timeout_ms)
                                    RD_KAFKA_PURGE_F_NON_BLOCKING);
         rd_kafka_poll(sk->rk, 0);
     }
-    topic_cache_clear(&sk->topics, release_topic);
-    rd_kafka_queue_cb_event_enable(sk->mainq, NULL, NULL);
-    rd_kafka_queue_destroy(sk->mainq);
-    rd_kafka_destroy(sk->rk);
+    stop_producer(sk);
+    rd_kafka_conf_destroy(sk->conf);
     wake_destroy(&sk->wake);
     free_chunks(sk);
     free(sk);
@@ -420,6 +541,18 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
     snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s topic=%s: produce failed: %s (%s)",
              event_id, topic, rd_kafka_err2str(e), rd_kafka_err2name(e));
     sk->err_class = kafka_err_classify(e);
+    /* Stopped at a gap, and its error callback not served yet. */
+    if (e == RD_KAFKA_RESP_ERR__FATAL && !sk->fatal && stopped_at_gap(sk->rk)) {
+        /* Said before the renewal, which frees the topic's name. */
+        snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s topic=%s: not produced: the Kafka "
+                 "producer stopped at a batch the broker refused, and this event goes out "
+                 "again after it", event_id, topic);
+        sk->at_gap = true;
+        if (renew_at_gap(sk) == SINK_FATAL)
+            return SINK_FATAL;
+        sk->err_class = KAFKA_ERR_RETRIABLE;
+        return SINK_RETRY;
+    }
     if (e == RD_KAFKA_RESP_ERR__FATAL || sk->fatal) {
         sk->err_class = KAFKA_ERR_FATAL;
         return SINK_FATAL;
@@ -579,10 +712,9 @@ static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_to
 int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
 {
     rd_kafka_topic_t *rkt;
-    if (sk->fatal) {
-        sk->err_class = KAFKA_ERR_FATAL;
-        return SINK_FATAL;
-    }
+    int ready = sink_ready(sk);
+    if (ready != SINK_OK)
+        return ready;
     if (topic_for(sk, ev, &rkt) != SINK_OK) {
         sk->err_class = KAFKA_ERR_POISON;
         return SINK_POISON;
@@ -636,10 +768,9 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
                      const char *value, size_t value_len, const char *const *headers,
                      size_t nheaders, uint64_t token)
 {
-    if (sk->fatal) {
-        sk->err_class = KAFKA_ERR_FATAL;
-        return SINK_FATAL;
-    }
+    int ready = sink_ready(sk);
+    if (ready != SINK_OK)
+        return ready;
     struct sink_msg *msg = msg_take(sk, token, "topic", topic);
     if (msg == NULL)
         return SINK_FATAL;
@@ -670,6 +801,11 @@ int sink_poll(struct sink *sk, int timeout_ms)
     /* Drained before serving: a report queued before the drain is served
      * by the rd_kafka_poll() below, one queued after it signals again. */
     wake_drain(&sk->wake);
+    /* Behind a gap, librdkafka sends nothing more, and what it queues
+     * again for a retry would wait there for good: purged, so that every
+     * message of the stopped producer is reported. */
+    if ((sk->at_gap || stopped_at_gap(sk->rk)) && sk->inflight > 0)
+        rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE);
     return rd_kafka_poll(sk->rk, timeout_ms);
 }
 

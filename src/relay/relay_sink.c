@@ -22,6 +22,11 @@
 #include "outbox_relay/pg/stream.h"
 #include "outbox_relay/core/tracker.h"
 
+/* Why an event refused with its batch is not judged yet (REPORT_ISOLATE). */
+#define ISOLATE_WHY                                                                              \
+    "with other events in the same request: a broker refuses the whole batch for one "        \
+    "record's size, so this event may be innocent"
+
 /* Asks for a rewind (see relay.c); the first cause is kept. */
 __attribute__((format(printf, 3, 4)))
 static void request_rewind(struct relay *r, enum kafka_err_class cls, const char *fmt, ...)
@@ -239,13 +244,19 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
         r->bf_retry = true;
         return;
     case REPORT_ISOLATE:
+        /* A rewind already pending (another failure came first) keeps its
+         * cause; the isolation is logged on its own then. */
+        if (r->rewind && lsn > r->isolate_until)
+            log_warn("delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT ": %s, "
+                     ISOLATE_WHY "; the rewind under way produces everything up to it one "
+                     "event at a time", rep->event_id, rep->event_type, rep->topic,
+                     LSN_ARGS(lsn), rep->errstr);
         if (lsn > r->isolate_until)
             r->isolate_until = lsn;
         request_rewind(r, KAFKA_ERR_POISON,
                        "delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT
-                       ": %s, with other events in the same request: a broker refuses the "
-                       "whole batch for one record's size, so this event may be innocent",
-                       rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn), rep->errstr);
+                       ": %s, " ISOLATE_WHY, rep->event_id, rep->event_type, rep->topic,
+                       LSN_ARGS(lsn), rep->errstr);
         return;
     case REPORT_DEAD_LETTER:
         if (deadletter_queue_push(&r->dlq, token, lsn, rep) == 0)

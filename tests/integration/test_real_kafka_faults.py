@@ -163,10 +163,12 @@ def test_record_over_the_topics_limit_halts(kafka_cluster, pg, relayer, unique_t
     got = ids_in(kafka_cluster.bootstrap, topic)
     assert a.id in got, "the event before the poison one is missing: %s" % got
     assert b.id not in got, "the oversized event was appended: %s" % got
-    # The event after it may be in the topic already: it was produced
-    # while the refused one was in flight, in a request of its own. The
-    # promise is the slot's (assert_halted_on): it is sent again.
-    early = c.id in got
+    # The event after it may have been produced while the refused one was
+    # in flight, in a request of its own: the producer stops at the
+    # refused batch (the gapless guarantee), so the broker took nothing
+    # behind it, and the restart sends it after the refused one.
+    assert c.id not in got, ("event %d, after the refused one in the same aggregate, reached "
+                             "the topic before it: %s" % (c.id, got))
 
     # The fix: the topic takes records of up to 1 MB; the restart sends the
     # event and the one after it, in order.
@@ -179,19 +181,22 @@ def test_record_over_the_topics_limit_halts(kafka_cluster, pg, relayer, unique_t
     assert r2.terminate(30) == 0, r2.log_tail()
     got = ids_in(kafka_cluster.bootstrap, topic)
     assert b.id in got and c.id in got, got
-    assert got[a.id][0] < got[b.id][0] < got[c.id][-1], "aggregate out of order: %s" % got
-    if early:
-        print("real kafka: event %d (after the poison one, same aggregate) was published "
-              "before the halt, at offset %d, and again after the fix: %s" % (c.id, got[c.id][0], got))
+    assert got[a.id][0] < got[b.id][0] < got[c.id][0], "aggregate out of order: %s" % got
     print("real kafka: halt, fix and redelivery in %.1f s" % (time.monotonic() - t0))
 
 
-def dead_letter_relayer(cluster, pg, relayer, unique_topic):
+def dead_letter_relayer(cluster, pg, relayer, unique_topic, *args):
     topic = small_topic(cluster, unique_topic())
     dlq = cluster.create_topic(unique_topic("dlq"), partitions=1, rf=3, configs=MIN_ISR)
     r = start(relayer, pg, cluster.bootstrap, topic, "--on-poison", "dead-letter",
-              "--dead-letter-topic", dlq)
+              "--dead-letter-topic", dlq, *args)
     return r, topic, dlq
+
+
+# Requests of at most this many records: the events behind a refused batch
+# are then in requests of their own, queued or in flight behind it (up to
+# 5 per connection), which is what a busy relayer has at every refusal.
+SMALL_BATCHES = ("-X", "batch.num.messages=4")
 
 
 def test_record_over_the_topics_limit_dead_lettered(kafka_cluster, pg, relayer, unique_topic):
@@ -257,7 +262,38 @@ def test_dead_letter_takes_only_the_oversized_event_of_a_batch(kafka_cluster, pg
     assert r.terminate(30) == 0, r.log_tail()
 
 
-def backfill_past_an_oversized_row(cluster, pg, relayer, unique_topic):
+def test_nothing_behind_a_refused_batch_overtakes_it(kafka_cluster, pg, relayer, unique_topic):
+    """One transaction of one aggregate: 40 small events, the oversized
+    one, 40 small ones, produced four to a request (SMALL_BATCHES), so that
+    the requests behind the refused one are in flight when it is refused.
+    librdkafka, left to itself, goes on with them under a new producer
+    epoch, and they land before the refused request's three innocent events
+    are produced again. The producer must stop at the refused batch
+    instead: every first copy in order, only the oversized event
+    dead-lettered."""
+    r, topic, dlq = dead_letter_relayer(kafka_cluster, pg, relayer, unique_topic,
+                                        *SMALL_BATCHES)
+    ob = Outbox(pg)
+    agg = str(uuid.uuid4())
+    tx = ob.tx([("small.a", '{"i": %d}' % i, agg) for i in range(40)]
+               + [("big.huge", BIG_PAYLOAD, agg)]
+               + [("small.b", '{"i": %d}' % i, agg) for i in range(40)])
+    big = tx.ids[40]
+    wait_confirmed(pg, r, tx.commit_end, timeout=90)
+    assert r.running(), r.log_tail()
+    got = ids_in(kafka_cluster.bootstrap, topic)
+    assert list(ids_in(kafka_cluster.bootstrap, dlq)) == [big]
+    small = [i for i in tx.ids if i != big]
+    assert [i for i in small if i not in got] == [], got
+    first = [got[i][0] for i in small]
+    overtaken = [i for k, i in enumerate(small) if first[k] != sorted(first)[k]]
+    assert not overtaken, ("first copies out of order: %d events landed out of place (ids %s); "
+                           "offsets in commit order: %s" % (len(overtaken), overtaken, first))
+    r.wait_for_log(r"the producer stopped at a refused batch is replaced", timeout=1)
+    assert r.terminate(30) == 0, r.log_tail()
+
+
+def backfill_past_an_oversized_row(cluster, pg, relayer, unique_topic, *args):
     """20 small rows, one over the topic's max.message.bytes and 20 small
     ones, all of one aggregate, pending before the slot exists, published
     by --backfill pending with --on-poison dead-letter; returns (relayer,
@@ -273,7 +309,7 @@ def backfill_past_an_oversized_row(cluster, pg, relayer, unique_topic):
                      "VALUES (%s, %s, %s) RETURNING id", (agg, typ, payload))
            for typ, payload in rows]
     r = start(relayer, pg, cluster.bootstrap, topic, "--on-poison", "dead-letter",
-              "--dead-letter-topic", dlq, "--backfill", "pending")
+              "--dead-letter-topic", dlq, "--backfill", "pending", *args)
     wait_until(lambda: (marker(pg) or {}).get("backfill_state") == "done", 120, interval=0.3,
                message="the backfill to finish; log:\n%s" % r.log_tail())
     return r, ids, ids[20], topic, dlq
@@ -298,23 +334,17 @@ def test_backfill_dead_letters_only_the_oversized_row_of_a_batch(kafka_cluster, 
     assert list(dead) == [big], dead
     small = [i for i in ids if i != big]
     assert [i for i in small if i not in got] == [], got
-    # Per-aggregate order of the first copies is NOT asserted here: in one
-    # CI run on a loaded machine librdkafka split the 41 rows into two
-    # requests, the broker refused the first (the oversized row) and took
-    # the second, so rows 22-41 landed before rows 1-20 were sent again.
-    # An open defect (issue 26's note), shared with the streamed events'
-    # isolation: test_backfill_isolation_keeps_the_aggregates_order.
+    assert [got[i][0] for i in small] == sorted(got[i][0] for i in small)
     assert r.terminate(30) == 0, r.log_tail()
 
 
-@pytest.mark.skip(reason="open defect (issue 26 note): a request after the refused one can be "
-                  "accepted, and its rows land before the refused request's innocent rows are "
-                  "sent again; failed in 1 of 3 runs on a loaded machine")
 def test_backfill_isolation_keeps_the_aggregates_order(kafka_cluster, pg, relayer, unique_topic):
     """The rows of one aggregate, the oversized one among them, keep their
-    id order in the topic (first copies) through the isolation."""
+    id order in the topic (first copies) through the isolation, with the
+    rows behind the refused request in requests of their own
+    (SMALL_BATCHES)."""
     r, ids, big, topic, _ = backfill_past_an_oversized_row(kafka_cluster, pg, relayer,
-                                                           unique_topic)
+                                                           unique_topic, *SMALL_BATCHES)
     got = ids_in(kafka_cluster.bootstrap, topic)
     small = [i for i in ids if i != big]
     assert [got[i][0] for i in small] == sorted(got[i][0] for i in small)

@@ -239,6 +239,8 @@ static void test_kafka_guard_rails(void)
 #define BASE "--dsn", "dbname=x", "--brokers", "b"
     expect_error("-X enable.idempotence=false is refused", 7, BASE, "-X", "enable.idempotence=false");
     expect_error("-X enable.idempotence=0 is refused", 7, BASE, "-X", "enable.idempotence=0");
+    expect_error("-X enable.gapless.guarantee=false is refused", 7, BASE, "-X",
+                 "enable.gapless.guarantee=false");
     expect_error("-X acks=1 is refused", 7, BASE, "-X", "acks=1");
     expect_error("-X acks=0 is refused", 7, BASE, "-X", "acks=0");
     expect_error("-X request.required.acks=1 is refused", 7, BASE, "-X",
@@ -260,7 +262,8 @@ static void test_kafka_guard_rails(void)
     expect_error("queue.buffering.max.kbytes (1024 KiB)", 9, BASE, "--max-inflight-bytes", "2M",
                  "-X", "queue.buffering.max.kbytes=1024");
 
-    const char *ok[][2] = {{"enable.idempotence", "true"}, {"acks", "all"}, {"acks", "-1"},
+    const char *ok[][2] = {{"enable.idempotence", "true"}, {"enable.gapless.guarantee", "true"},
+                           {"acks", "all"}, {"acks", "-1"},
                            {"request.required.acks", "-1"}, {"max.in.flight", "5"},
                            {"message.timeout.ms", "0"}, {"retries", "10"},
                            {"queue.buffering.max.messages", "20000"}};

@@ -56,8 +56,8 @@ static void test_each_verdict(void)
     CHECK_EQ_INT(report_judge(&f), REPORT_HALT);
 
     /* A refusal its batch shared: the event is produced again alone before
-     * it is judged, under either policy; not while a rewind is pending
-     * (that rewind produces it again), not a dead letter; a backfill row by
+     * it is judged, under either policy, even while a rewind is pending
+     * (that rewind would batch it again); not a dead letter; a backfill row by
      * its run, resumed one row at a time (even in a rewind, which streams
      * only after the backfill). */
     f = failed();
@@ -67,7 +67,7 @@ static void test_each_verdict(void)
     f.dead_letter_policy = true;
     CHECK_EQ_INT(report_judge(&f), REPORT_ISOLATE);
     f.rewinding = true;
-    CHECK_EQ_INT(report_judge(&f), REPORT_SKIP);
+    CHECK_EQ_INT(report_judge(&f), REPORT_ISOLATE);
     f.rewinding = false;
     f.backfill = true;
     CHECK_EQ_INT(report_judge(&f), REPORT_BACKFILL_ISOLATE);
@@ -119,7 +119,7 @@ static void test_rules_over_every_combination(void)
         CHECK(v != REPORT_DEAD_LETTER || (f.poison && f.dead_letter_policy && !f.rewinding &&
                                           !f.to_dead_letter_topic && !f.shared));
         CHECK((v == REPORT_ISOLATE) == (!f.waits && f.poison && f.shared && !f.backfill &&
-                                        !f.to_dead_letter_topic && !f.rewinding));
+                                        !f.to_dead_letter_topic));
         CHECK((v == REPORT_BACKFILL_ISOLATE) == (!f.waits && f.poison && f.shared &&
                                                  f.backfill && !f.to_dead_letter_topic));
         CHECK(v != REPORT_SKIP || (f.poison && f.rewinding));

@@ -3,9 +3,16 @@
  *
  * Events go out with key = aggregate id, value = payload, headers event_id,
  * event_type, created_at and the configured ones (event_headers.h), to the
- * topic the template gives for the event's type and columns. The producer is idempotent with acks=all and, unless the user says
- * otherwise with -X, never times a message out (message.timeout.ms=0): a
- * broker outage makes deliveries wait, it never turns into a skipped event.
+ * topic the template gives for the event's type and columns. The producer
+ * is idempotent with acks=all and, unless the user says otherwise with -X,
+ * never times a message out (message.timeout.ms=0): a broker outage makes
+ * deliveries wait, it never turns into a skipped event.
+ *
+ * A batch the broker refuses for good stops the producer there
+ * (enable.gapless.guarantee), so that nothing behind it in its partition is
+ * written first: everything in flight then fails, the refused batch with its
+ * own error and the rest as retriable, and the next produce after the last
+ * report replaces the producer (until then it answers SINK_RETRY).
  *
  * Delivery reports come back through sink_poll(), which calls the report
  * callback exactly once per produced event, in the caller's thread, with the
