@@ -85,6 +85,7 @@ TX_PER_SECOND = 6            # per producer thread
 AGGREGATES = 16
 ROLLBACK_RATE = 0.15
 WAL_RECEIVER_TIMEOUT = 4     # s, --wal-receiver-timeout: the PostgreSQL path stall
+OUTAGE_RECOVERY = 90         # s, the bound on deliveries resuming once every broker is back
 
 
 def _env_int(name, default):
@@ -409,10 +410,6 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
 
 # On 15 only (both plugins): four JVMs of its own per run, and the mock run
 # covers every major.
-@pytest.mark.skip(reason="open (issue 26 note): in 2 of 4 CI runs on a loaded machine the relayer "
-                  "did not take its replication connection back within 29 s of the PostgreSQL "
-                  "path stall that follows the real brokers' outage; passes when the machine "
-                  "is quiet")
 @pytest.mark.pg_majors(15)
 def test_chaos_on_a_real_cluster(pg, own_kafka_cluster, pg_proxy, relayer):
     chaos(pg, ClusterFaults(own_kafka_cluster), pg_proxy, relayer)
@@ -471,6 +468,7 @@ def chaos(pg, broker, pg_proxy, relayer):
         p.start()
 
     survived = {}
+    stall_logs = {}  # what: the relayer's log when it did not live through it
     outage_reconnects = broker_stall_reconnects = None
     try:
         for at, what in plan:
@@ -507,13 +505,34 @@ def chaos(pg, broker, pg_proxy, relayer):
                     time.sleep(0.05)
                 broker.up()
                 time.sleep(1)
-                survived["broker_outage"] = (r.pid, alive and r.running() and sup.current is r,
-                                             r.returncode)
+                # Healed before the next fault: deliveries flow again (the
+                # slot confirms past what was committed when the brokers
+                # were back), so that a PostgreSQL stall is not tested on
+                # top of a Kafka side still recovering.
+                t_up, lsn_up = time.monotonic(), pg.current_wal_lsn()
+
+                def delivering():
+                    sup.check()
+                    return (pg.confirmed_flush_lsn(SLOT) or 0) >= lsn_up
+
+                try:
+                    wait_until(delivering, OUTAGE_RECOVERY, interval=0.2,
+                               message="deliveries after the outage")
+                    flowing = time.monotonic() - t_up
+                except AssertionError:
+                    flowing = None
+                    stall_logs["broker_outage"] = "no delivery within %d s of the brokers' " \
+                        "return; relayer log tail:\n%s" % (OUTAGE_RECOVERY, r.log_tail())
+                survived["broker_outage"] = (r.pid, alive and r.running() and sup.current is r
+                                             and flowing is not None, r.returncode)
                 outage_reconnects = count_reconnects(r) - reconnects_before
                 print("  %5.1f s  all brokers down for %.1f s; relayer pid %d %s, %d replication "
-                      "reconnects meanwhile" % (t - t0, outage, r.pid,
-                                                "alive" if r.running() else "EXITED rc=%s" % r.returncode,
-                                                outage_reconnects))
+                      "reconnects meanwhile, %s" % (
+                          t - t0, outage, r.pid,
+                          "alive" if r.running() else "EXITED rc=%s" % r.returncode,
+                          outage_reconnects,
+                          "delivering again %.1f s after the brokers' return" % flowing
+                          if flowing is not None else "NOT delivering again"))
             elif what == "pg_stall":
                 wait_streaming(pg, sup, 15)
                 r = sup.current
@@ -534,6 +553,9 @@ def chaos(pg, broker, pg_proxy, relayer):
                     back = None
                 survived["pg_stall"] = (r.pid, back is not None and r.running() and
                                         sup.current is r, r.returncode)
+                if back is None:
+                    stall_logs["pg_stall"] = "relayer log tail:\n%s\nslot: %s" % (
+                        r.log_tail(), pg.slot_info(SLOT))
                 print("  %5.1f s  PostgreSQL path stalled; relayer pid %d %s, %s"
                       % (t - t0, r.pid,
                          "alive" if r.running() else "EXITED rc=%s" % r.returncode,
@@ -663,7 +685,8 @@ def chaos(pg, broker, pg_proxy, relayer):
         "pid %d rc %s:\n%s" % u for u in sup.unexpected)
     for what in ("pg_restart", "broker_outage", "pg_stall", "broker_stall"):
         pid, ok, rc = survived.get(what, (None, False, None))
-        assert ok, "the relayer (pid %s) did not live through the %s (rc %s)" % (pid, what, rc)
+        assert ok, "the relayer (pid %s) did not live through the %s (rc %s)\n%s" % (
+            pid, what, rc, stall_logs.get(what, ""))
     assert not missing, "%d committed events never arrived, e.g. %s" % (len(missing), sorted(missing)[:10])
     assert not leaked, "%d rolled-back events published, e.g. %s" % (len(leaked), leaked[:3])
     assert not foreign, "%d records that are no committed row, e.g. %s" % (len(foreign), foreign[:3])
