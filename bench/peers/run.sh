@@ -32,7 +32,8 @@
 # included) up to then; peak RSS of the tree; events lost, duplicated and
 # out of per-aggregate order. One Markdown table at the end (medians of
 # --reps, ratios to outbox-relay with wal2json); the raw results as JSON in
-# bench/peers/results/ (not committed).
+# bench/peers/results/ (not committed), and beside it a PNG chart of them
+# (bench/peers/chart.py; docs/img/peers.png is one).
 #
 # Steady rates, after the drains (not the floor): each relaying peer on a
 # fresh slot and broker, pgbench inserting one-event transactions at each of
@@ -72,6 +73,11 @@ die() { log "ERROR: $*"; exit 1; }
 
 # What runs: outbox-relay, the polling relayer, Kafka's and Debezium's jars,
 # the Debezium driver. All before any clock.
+if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+    log "installing python3-matplotlib (the chart)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-matplotlib >/dev/null ||
+        die "apt-get install python3-matplotlib failed"
+fi
 log "building outbox-relay and the polling relayer"
 if [ -f "$build/CMakeCache.txt" ]; then
     cmake --build "$build" --target outbox-relay >/dev/null
@@ -93,8 +99,15 @@ if [[ ",$peers," == *,debezium,* ]]; then
         die "javac DebeziumPeer.java failed"
 fi
 [ -n "$json" ] || json=$repo/bench/peers/results/peers-$(date -u +%Y%m%dT%H%M%SZ).json
-exec /usr/bin/python3 "$repo/bench/peers/peers.py" --events "$events" --reps "$reps" --peers "$peers" \
+rc=0
+/usr/bin/python3 "$repo/bench/peers/peers.py" --events "$events" --reps "$reps" --peers "$peers" \
     --relay "$build/outbox-relay" --poll "$cache/polling-relayer" \
     --dbz-lib "$dbz_lib" --dbz-classes "$cache/debezium-classes" --dbz-version "$dbz_version" \
     --kafka-version "$kafka_version" --json "$json" --rates "$rates" \
-    --steady-seconds "$steady_seconds" "${keep[@]}"
+    --steady-seconds "$steady_seconds" "${keep[@]}" || rc=$?
+# The chart (bench/peers/chart.py) beside the JSON, when the run wrote one.
+if [ -s "$json" ]; then
+    /usr/bin/python3 "$repo/bench/peers/chart.py" "$json" "${json%.json}.png" >/dev/null &&
+        log "chart: ${json%.json}.png" || log "WARNING: no chart drawn (bench/peers/chart.py failed)"
+fi
+exit "$rc"
