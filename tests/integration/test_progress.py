@@ -209,9 +209,17 @@ def test_status_human_units(pg_factory, broker, kafka, relayer, relayer_binary):
     insert(pg, 200)
     time.sleep(1.5)
 
-    r = cli(relayer_binary, "status", "--dsn", pg.dsn())
+    # The walsender's flush_lag needs a timing sample: one status reply
+    # after WAL it sent, which a loaded machine may take a while to give.
+    def status():
+        r = cli(relayer_binary, "status", "--dsn", pg.dsn())
+        return r, dict(line.split(None, 1) for line in r.stdout.splitlines() if " " in line)
+    deadline = time.monotonic() + 20
+    r, out = status()
+    while out.get("confirm_lag", "").startswith("unknown") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        r, out = status()
     print(r.stdout)
-    out = dict(line.split(None, 1) for line in r.stdout.splitlines() if " " in line)
     # The exact figures, unchanged: scripts read them.
     assert out["lag_bytes"].isdigit(), out
     assert out["safe_wal_size"].isdigit(), out
