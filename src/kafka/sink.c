@@ -503,6 +503,18 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
         sk->err_class = KAFKA_ERR_RETRIABLE;
         return SINK_RETRY;
     }
+    if (e == RD_KAFKA_RESP_ERR__FATAL && !sk->fatal) {
+        /* Fatal before its error callback was served (on_error sets the
+         * same): the producer's first fatal error says what it was, so that
+         * a fenced transactional producer is seen as fenced (a standby), not
+         * as a failed produce that ends the relayer. */
+        char buf[256];
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(sk->rk, buf, sizeof buf);
+        if (orig != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            sk->fatal_code = orig;
+            sk->fatal = true;
+        }
+    }
     if (e == RD_KAFKA_RESP_ERR__FATAL || sk->fatal) {
         sk->err_class = KAFKA_ERR_FATAL;
         return SINK_FATAL;
@@ -819,7 +831,7 @@ size_t sink_max_message_bytes(const struct sink *sk)
 
 bool sink_fatal(const struct sink *sk)
 {
-    return sk->fatal;
+    return sk->fatal || sink_fenced(sk);
 }
 
 bool sink_brokers_up(const struct sink *sk)

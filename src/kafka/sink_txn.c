@@ -83,5 +83,11 @@ bool sink_txn_open(const struct sink *sk)
 
 bool sink_fenced(const struct sink *sk)
 {
-    return sk->fatal && kafka_err_fenced(sk->fatal_code);
+    if (sk->fatal)
+        return kafka_err_fenced(sk->fatal_code);
+    /* Fenced while the error callback that says so waits in the queue (a
+     * delivery report or a produce saw it first). */
+    char buf[8];
+    return sk->txn && sk->rk != NULL &&
+           kafka_err_fenced(rd_kafka_fatal_error(sk->rk, buf, sizeof buf));
 }
