@@ -211,9 +211,11 @@ lsn_t progress_start_lsn(lsn_t slot_confirmed, lsn_t progress)
     return slot_confirmed > progress ? slot_confirmed : progress;
 }
 
-int progress_transactional_id(const char *slot, char *buf, size_t cap)
+int progress_transactional_id(const char *system_id, const char *slot, char *buf, size_t cap)
 {
-    int n = snprintf(buf, cap, "outbox-relay.%s", slot);
+    int n = system_id != NULL && *system_id != '\0'
+                ? snprintf(buf, cap, "outbox-relay.%s.%s", system_id, slot)
+                : snprintf(buf, cap, "outbox-relay.%s", slot);
     return n < 0 || (size_t) n >= cap ? -1 : n;
 }
 

@@ -94,7 +94,7 @@ static rd_kafka_t *client_new(const struct relay_config *cfg, char *err, size_t 
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char id[PROGRESS_NAME_MAX + 8], e[256];
-    int n = progress_transactional_id(cfg->slot, id, sizeof id - 6);
+    int n = progress_transactional_id(NULL, cfg->slot, id, sizeof id - 6);
     if (n < 0)
         snprintf(id, sizeof id, "outbox-relay.check");
     else

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +72,7 @@ static void op_tx_commit(void *ctx, int64_t xid, lsn_t commit_end)
 
 static int make_sink(struct relay *r, char *err, size_t errlen);
 static int renew_fenced_sink(struct relay *r);
+static int adopt_txn_id(struct relay *r);
 
 struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop,
                         struct metrics *metrics, char *err, size_t errlen)
@@ -132,7 +134,8 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
         const char *own = config_kafka_get(cfg, "transactional.id");
         if (own != NULL)
             snprintf(r->eos.txn_id, sizeof r->eos.txn_id, "%s", own);
-        else if (progress_transactional_id(cfg->slot, r->eos.txn_id, sizeof r->eos.txn_id) < 0) {
+        else if (progress_transactional_id(NULL, cfg->slot, r->eos.txn_id,
+                                           sizeof r->eos.txn_id) < 0) {
             snprintf(err, errlen, "--slot %s: too long for a transactional.id", cfg->slot);
             relay_free(r);
             return NULL;
@@ -498,6 +501,40 @@ static int renew_fenced_sink(struct relay *r)
     return 0;
 }
 
+/* Exactly-once, once connected: the transactional.id of this slot on this
+ * server (progress_transactional_id: with the system identifier, so that a
+ * slot of the same name on another cluster relaying to the same Kafka never
+ * fences this one, nor this one it), unless -X transactional.id gave one.
+ * Until the first connection the sink was made with the slot's name alone;
+ * its producer never talked to a coordinator (that is relay_eos_prepare's,
+ * later in the session), so it is replaced by one with the new id at no
+ * cost. Again only if the server is another cluster. 0, or -1 (fatal set). */
+static int adopt_txn_id(struct relay *r)
+{
+    if (!relay_eos_on(r) || config_kafka_get(r->cfg, "transactional.id") != NULL)
+        return 0;
+    char id[sizeof r->eos.txn_id], err[RELAY_ERRLEN];
+    if (progress_transactional_id(stream_system_id(r->stream), r->cfg->slot, id, sizeof id) < 0 ||
+        strcmp(id, r->eos.txn_id) == 0)
+        return 0;
+    if (r->eos.inited)
+        log_warn("slot=%s: the server is another PostgreSQL cluster (system identifier %s); "
+                 "the Kafka producer is replaced by one with transactional.id %s",
+                 r->cfg->slot, stream_system_id(r->stream), id);
+    snprintf(r->eos.txn_id, sizeof r->eos.txn_id, "%s", id);
+    sink_free(r->sink, 0);
+    r->sink = NULL;
+    r->eos.nheld = 0;
+    r->eos.inited = false;
+    r->eos.ready = false;
+    if (make_sink(r, err, sizeof err) < 0) {
+        relay_set_fatal(r, "%s", err);
+        return -1;
+    }
+    relay_publish_gauges(r, false);
+    return 0;
+}
+
 /* Exactly-once, once replication runs: the producer initialised and the
  * slot's progress read (relay_eos_prepare). An enum step; STEP_ON to
  * stream. */
@@ -548,6 +585,8 @@ int relay_run(struct relay *r)
         if (renew_fenced_sink(r) < 0)
             break;
         int step = start_replication(r, &run, &slot_confirmed, &created);
+        if (step == STEP_ON && adopt_txn_id(r) < 0)
+            break;
         if (step == STEP_ON) {
             begin_streaming(r, &run, created, slot_confirmed);
             if (relay_eos_on(r))

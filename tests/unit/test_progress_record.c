@@ -5,7 +5,8 @@
  * version, no slot or lsn, escapes, truncation at every byte) is refused;
  * the skip rule at, below and above the progress; where replication
  * starts; the transactional id is the same for the same slot and differs
- * between slots; the partition is stable and in range.
+ * between slots and between PostgreSQL clusters (system identifiers) with a
+ * slot of the same name; the partition is stable and in range.
  */
 #include <string.h>
 
@@ -130,14 +131,24 @@ static void test_skip_rule(void)
 
 static void test_names(void)
 {
-    char a[256], b[256], c[256];
-    CHECK(progress_transactional_id("outbox_relay", a, sizeof a) > 0);
-    CHECK(progress_transactional_id("outbox_relay", b, sizeof b) > 0);
-    CHECK(progress_transactional_id("other", c, sizeof c) > 0);
-    CHECK_STR(a, "outbox-relay.outbox_relay");
+    char a[256], b[256], c[256], d[256];
+    const char *sys = "7581234567890123456";
+    CHECK(progress_transactional_id(sys, "outbox_relay", a, sizeof a) > 0);
+    CHECK(progress_transactional_id(sys, "outbox_relay", b, sizeof b) > 0);
+    CHECK(progress_transactional_id(sys, "other", c, sizeof c) > 0);
+    CHECK_STR(a, "outbox-relay.7581234567890123456.outbox_relay");
     CHECK_STR(a, b);
     CHECK(strcmp(a, c) != 0);
-    CHECK_EQ_INT(progress_transactional_id("outbox_relay", a, 10), -1);
+    /* the same slot name on another PostgreSQL cluster: never the same id */
+    CHECK(progress_transactional_id("7581234567890999999", "outbox_relay", d, sizeof d) > 0);
+    CHECK(strcmp(a, d) != 0);
+    /* not known yet */
+    CHECK(progress_transactional_id(NULL, "outbox_relay", d, sizeof d) > 0);
+    CHECK_STR(d, "outbox-relay.outbox_relay");
+    CHECK(progress_transactional_id("", "outbox_relay", d, sizeof d) > 0);
+    CHECK_STR(d, "outbox-relay.outbox_relay");
+    CHECK_EQ_INT(progress_transactional_id(sys, "outbox_relay", a, 30), -1);
+    CHECK_EQ_INT(progress_transactional_id(NULL, "outbox_relay", a, 10), -1);
 
     int32_t p1 = progress_partition("outbox_relay", 12, 50);
     CHECK(p1 >= 0 && p1 < 50);

@@ -76,11 +76,15 @@ bool progress_skip(lsn_t progress, lsn_t commit_end);
  * progress_skip keeps. */
 lsn_t progress_start_lsn(lsn_t slot_confirmed, lsn_t progress);
 
-/* The producer's transactional.id for a slot: "outbox-relay." + slot, the
- * same on every restart and on every replica of the same slot, so that
- * whichever replica initialises last fences the others. Returns its length,
- * or -1 when it does not fit in cap. */
-int progress_transactional_id(const char *slot, char *buf, size_t cap);
+/* The producer's transactional.id for a slot: "outbox-relay." + the
+ * server's system identifier + "." + slot, the same on every restart and on
+ * every replica of the same slot (and after a promotion, which keeps the
+ * system identifier), so that whichever replica initialises last fences the
+ * others; a slot of the same name on another PostgreSQL cluster relaying to
+ * the same Kafka has another, so that the two never fence each other.
+ * system_id NULL or "" (not known yet) gives "outbox-relay." + slot.
+ * Returns its length, or -1 when it does not fit in cap. */
+int progress_transactional_id(const char *system_id, const char *slot, char *buf, size_t cap);
 
 /* The partition of the progress topic that holds key (of len bytes) among
  * nparts (> 0): FNV-1a, so writer and reader agree without asking the
