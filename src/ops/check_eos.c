@@ -8,8 +8,8 @@
  *
  * The coordinator is asked with a transactional id of the check's own,
  * "outbox-relay.<slot>.check", never the relayer's: initialising the
- * relayer's id would fence a running relayer. It fits an ACL on the prefix
- * outbox-relay.<slot>, and the coordinator forgets it after
+ * relayer's id (outbox-relay.<system id>.<slot>) would fence a running
+ * relayer. It fits an ACL on the prefix outbox-relay., and the coordinator forgets it after
  * transactional.id.expiration.ms (7 days by default). The metadata request
  * asks for all topics, so no broker auto-creates the progress topic.
  */
@@ -154,8 +154,9 @@ void check_exactly_once(struct check_ctx *c)
                           "--delivery exactly-once needs a transaction coordinator: the "
                           "brokers' transaction.state.log.replication.factor and "
                           "transaction.state.log.min.isr must be satisfiable, and the principal "
-                          "needs WRITE and DESCRIBE on the transactional id outbox-relay.<slot> "
-                          "(a prefixed ACL covers the check's id too)",
+                          "needs WRITE and DESCRIBE on the transactional ids prefixed "
+                          "outbox-relay. (the relayer's outbox-relay.<system id>.<slot>, the "
+                          "check's outbox-relay.<slot>.check)",
                           "init_transactions failed: %s (%s)", rd_kafka_error_string(e),
                           rd_kafka_error_name(e));
         rd_kafka_error_destroy(e);
