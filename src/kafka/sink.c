@@ -19,7 +19,8 @@
  * the message's opaque) gets the time librdkafka's thread saw the broker's
  * acknowledgement, from an on_acknowledgement interceptor.
  *
- * A gap stops the producer (enable.gapless.guarantee). When a broker
+ * A gap stops the at-least-once producer (enable.gapless.guarantee; a
+ * transactional one aborts its transaction instead, sink_txn.c). When a broker
  * refuses a batch for good (a record too large for the topic, a policy),
  * librdkafka would otherwise bump the idempotent producer's epoch and go on
  * with the partition's next messages, which were queued or in flight behind
@@ -391,7 +392,12 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
          kafka_conf_set(conf, "bootstrap.servers", opts->brokers, err, errlen) < 0) ||
         kafka_conf_set(conf, "client.id", "outbox-relay", err, errlen) < 0 ||
         kafka_conf_set(conf, "enable.idempotence", "true", err, errlen) < 0 ||
-        kafka_conf_set(conf, "enable.gapless.guarantee", "true", err, errlen) < 0 ||
+        /* The gapless stop is at-least-once's (the top of this file); a
+         * transactional producer's gap is an abortable error instead: the
+         * whole transaction is aborted and produced again, and a stop would
+         * replace the producer without initialising its transactions. */
+        (opts->transactional_id == NULL &&
+         kafka_conf_set(conf, "enable.gapless.guarantee", "true", err, errlen) < 0) ||
         kafka_conf_set(conf, "acks", "all", err, errlen) < 0 ||
         kafka_conf_set(conf, "message.timeout.ms", "0", err, errlen) < 0 ||
         /* Low latency without a slower drain; linger 0 needs Nagle off
