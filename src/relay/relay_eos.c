@@ -114,6 +114,22 @@ static void rewind_after_abort(struct relay *r, const char *why)
              LSN_ARGS(tracker_confirmed(r->tracker)), LSN_ARGS(r->eos.progress));
 }
 
+/* A commit or abort retried for long says so every TXN_SAY_EVERY s: the
+ * loop reads no WAL meanwhile and the slot does not move, which must not
+ * look like an idle relayer (CI: a relayer confirmed nothing for two
+ * minutes with nothing in its log). */
+#define TXN_SAY_EVERY 10.0
+static void say_waiting(struct relay *r, const char *what, double t0, double *said)
+{
+    double now = mono_now();
+    if (now - *said < TXN_SAY_EVERY)
+        return;
+    *said = now;
+    log_warn("slot=%s: the Kafka transaction's %s has been retried for %.0f s (%s); nothing "
+             "past " LSN_FMT " is confirmed meanwhile", r->cfg->slot, what, now - t0,
+             sink_errstr(r->sink), LSN_ARGS(tracker_confirmed(r->tracker)));
+}
+
 /* What a verdict other than OK and RETRY means. */
 static void failed(struct relay *r, int v)
 {
@@ -132,8 +148,11 @@ int relay_eos_abort(struct relay *r, const char *why)
     if (!sink_txn_open(r->sink))
         return 0;
     int v;
-    while ((v = sink_txn_abort(r->sink, TXN_END_MS)) == KAFKA_TXN_RETRY && !*r->stop)
+    double t0 = mono_now(), said = t0;
+    while ((v = sink_txn_abort(r->sink, TXN_END_MS)) == KAFKA_TXN_RETRY && !*r->stop) {
         relay_keep_status(r);
+        say_waiting(r, "abort", t0, &said);
+    }
     if (v != KAFKA_TXN_OK && v != KAFKA_TXN_RETRY) {
         failed(r, v == KAFKA_TXN_ABORT ? KAFKA_TXN_FATAL : v);
         return -1;
@@ -216,9 +235,11 @@ int relay_eos_commit(struct relay *r)
         return relay_eos_abort(r, why);
     }
     int v;
-    double t0 = mono_now();
-    while ((v = sink_txn_commit(r->sink, TXN_END_MS)) == KAFKA_TXN_RETRY && !*r->stop)
+    double t0 = mono_now(), said = t0;
+    while ((v = sink_txn_commit(r->sink, TXN_END_MS)) == KAFKA_TXN_RETRY && !*r->stop) {
         relay_keep_status(r);
+        say_waiting(r, "commit", t0, &said);
+    }
     double took = mono_now() - t0;
     if (v == KAFKA_TXN_RETRY) { /* stopping */
         return relay_eos_abort(r, NULL);
