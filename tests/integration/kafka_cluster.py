@@ -246,6 +246,9 @@ class RemoteKafka(_TopicOps):
         pass
 
 
+BIND_ATTEMPTS = 3  # starts of a cluster whose port was taken meanwhile
+
+
 class _Node:
     """One JVM: a broker, a controller, or both (process.roles)."""
 
@@ -378,6 +381,21 @@ class KafkaCluster(_TopicOps):
         self.replication = min(3, nodes)
         self.keep_dir = keep_dir
         _sweep_orphans()
+        # free_port() cannot reserve a port: another test's server may take
+        # one before a broker binds it. Such a start is redone on new ports.
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                self._start(nodes, heap, start_timeout)
+                return
+            except RuntimeError as e:
+                if "Address already in use" not in str(e) or attempt == BIND_ATTEMPTS:
+                    raise
+                sys.stderr.write("kafka_cluster: a port was taken before a node bound it; "
+                                 "starting again on other ports (attempt %d)\n" % (attempt + 1))
+
+    def _start(self, nodes, heap, start_timeout):
+        """One attempt at the whole cluster: its directory, ports,
+        configuration, format and start; cleaned up when it fails."""
         self.root = tempfile.mkdtemp(prefix="outbox-kafka-")
         with open(os.path.join(self.root, "owner.pid"), "w") as f:
             f.write("%d\n" % os.getpid())

@@ -193,6 +193,22 @@ def dead_letter_relayer(cluster, pg, relayer, unique_topic, *args):
     return r, topic, dlq
 
 
+def past_an_oversized_event(cluster, pg, relayer, unique_topic, n, *args):
+    """One transaction of one aggregate: n small events, one over the
+    topic's max.message.bytes, n small ones, relayed with --on-poison
+    dead-letter (and args); returns (relayer, topic, dead-letter topic,
+    the transaction, the oversized event's id) once the slot confirmed the
+    transaction."""
+    r, topic, dlq = dead_letter_relayer(cluster, pg, relayer, unique_topic, *args)
+    agg = str(uuid.uuid4())
+    tx = Outbox(pg).tx([("small.a", '{"i": %d}' % i, agg) for i in range(n)]
+                       + [("big.huge", BIG_PAYLOAD, agg)]
+                       + [("small.b", '{"i": %d}' % i, agg) for i in range(n)])
+    wait_confirmed(pg, r, tx.commit_end, timeout=90)
+    assert r.running(), r.log_tail()
+    return r, topic, dlq, tx, tx.ids[n]
+
+
 # Requests of at most this many records: the events behind a refused batch
 # are then in requests of their own, queued or in flight behind it (up to
 # 5 per connection), which is what a busy relayer has at every refusal.
@@ -238,15 +254,7 @@ def test_dead_letter_takes_only_the_oversized_event_of_a_batch(kafka_cluster, pg
     all of one aggregate: produced back to back, they share a request.
     Only the oversized one may be dead-lettered; the 40 others arrive in
     order."""
-    r, topic, dlq = dead_letter_relayer(kafka_cluster, pg, relayer, unique_topic)
-    ob = Outbox(pg)
-    agg = str(uuid.uuid4())
-    tx = ob.tx([("small.a", '{"i": %d}' % i, agg) for i in range(20)]
-               + [("big.huge", BIG_PAYLOAD, agg)]
-               + [("small.b", '{"i": %d}' % i, agg) for i in range(20)])
-    big = tx.ids[20]
-    wait_confirmed(pg, r, tx.commit_end, timeout=60)
-    assert r.running(), r.log_tail()
+    r, topic, dlq, tx, big = past_an_oversized_event(kafka_cluster, pg, relayer, unique_topic, 20)
     # The batch's refusal was taken for what it is before anyone was judged.
     r.wait_for_log(r"with other events in the same request: a broker refuses the whole batch "
                    r"for one record's size, so this event may be innocent", timeout=1)
@@ -271,16 +279,8 @@ def test_nothing_behind_a_refused_batch_overtakes_it(kafka_cluster, pg, relayer,
     are produced again. The producer must stop at the refused batch
     instead: every first copy in order, only the oversized event
     dead-lettered."""
-    r, topic, dlq = dead_letter_relayer(kafka_cluster, pg, relayer, unique_topic,
-                                        *SMALL_BATCHES)
-    ob = Outbox(pg)
-    agg = str(uuid.uuid4())
-    tx = ob.tx([("small.a", '{"i": %d}' % i, agg) for i in range(40)]
-               + [("big.huge", BIG_PAYLOAD, agg)]
-               + [("small.b", '{"i": %d}' % i, agg) for i in range(40)])
-    big = tx.ids[40]
-    wait_confirmed(pg, r, tx.commit_end, timeout=90)
-    assert r.running(), r.log_tail()
+    r, topic, dlq, tx, big = past_an_oversized_event(kafka_cluster, pg, relayer, unique_topic, 40,
+                                                     *SMALL_BATCHES)
     got = ids_in(kafka_cluster.bootstrap, topic)
     assert list(ids_in(kafka_cluster.bootstrap, dlq)) == [big]
     small = [i for i in tx.ids if i != big]
