@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # run.sh — the whole test suite, from a fresh Debian 12 machine (as root):
 # installs packages, builds, runs the unit tests (ctest), the same unit tests
-# under ASan/UBSan, the fuzz targets for 20 s each (tests/fuzz/run.sh), then
+# under ASan/UBSan, the fuzz targets for 20 s each (tests/fuzz/run.sh), the
+# smoke runs of bench/run.sh and bench/peers/run.sh (Debezium's jars from
+# Maven Central), then
 # the integration tests (pytest) against real PostgreSQL servers with
 # wal2json and a Kafka-protocol broker (librdkafka's mock cluster) started
 # by the tests themselves on 127.0.0.1, and a real Apache Kafka 4.x cluster
@@ -76,6 +78,17 @@ echo "== fuzzing the decoder and the wire parser (clang, ASan/UBSan; docs/failur
 FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tests/fuzz/run.sh
 
 echo "== benchmark smoke run (small sizes; fails on a missing event, never on timing)" && bash bench/run.sh --quick
+# The peers bench (bench/peers/run.sh), 2,000 events through each peer:
+# about 65 s with the jars cached, plus Debezium's on a fresh machine.
+echo "== peers benchmark smoke run (outbox-relay, Debezium, the polling relayer, pg_recvlogical; fails on a lost, duplicated or reordered event, never on timing)"
+peers_rc=0
+bash bench/peers/run.sh --smoke --json "$(mktemp -u /tmp/outbox-peers-smoke.XXXXXX).json" || peers_rc=$?
+if [ "$peers_rc" -eq 3 ]; then
+    echo "== WARNING: peers benchmark smoke run SKIPPED: Maven Central cannot be reached (Kafka's or Debezium's jars)" >&2
+elif [ "$peers_rc" -ne 0 ]; then
+    echo "== the peers benchmark smoke run failed (rc $peers_rc)" >&2
+    exit "$peers_rc"
+fi
 echo "== PostgreSQL 17 and 18 trees for the integration tests (tests/tools/pgtrees.sh)"
 bash tests/tools/pgtrees.sh
 # Most integration tests wait (timeouts, outages, restarts) rather than

@@ -46,7 +46,8 @@
 # Options: --events N (100000), --reps N (1), --peers LIST (all of the
 # above, comma-separated), --rates LIST (2000,5000; "" for none),
 # --steady-seconds N (10), --smoke (2,000 events, no steady rates),
-# --keep (keep logs), --json FILE.
+# --keep (keep logs), --json FILE. Exit status 3: Maven Central (Kafka's or
+# Debezium's jars) cannot be reached.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -88,13 +89,15 @@ cache=${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/peers
 mkdir -p "$cache"
 cc -O2 -g -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -o "$cache/polling-relayer" \
     "$repo/bench/polling_relayer.c" $(pkg-config --cflags --libs rdkafka libpq)
-kafka_lib=$(bash "$repo/tests/tools/kafka.sh" | tail -1) || die "tests/tools/kafka.sh failed"
+# Exit 3 (as kafka.sh and debezium.sh) when Maven Central cannot be reached.
+kafka_lib=$(bash "$repo/tests/tools/kafka.sh" | tail -1) || {
+    rc=$?; log "ERROR: tests/tools/kafka.sh failed (rc $rc)"; exit $((rc == 3 ? 3 : 1)); }
 kafka_version=$(ls "$kafka_lib" | sed -n 's/^kafka_2\.13-\([0-9.]*\)\.jar$/\1/p' | head -1)
 dbz_version=${PEERS_DEBEZIUM_VERSION:-3.6.1.Final}
 dbz_lib=""
 if [[ ",$peers," == *,debezium,* ]]; then
-    dbz_lib=$(PEERS_DEBEZIUM_VERSION=$dbz_version bash "$repo/bench/peers/debezium.sh" | tail -1) ||
-        die "bench/peers/debezium.sh failed"
+    dbz_lib=$(PEERS_DEBEZIUM_VERSION=$dbz_version bash "$repo/bench/peers/debezium.sh" | tail -1) || {
+        rc=$?; log "ERROR: bench/peers/debezium.sh failed (rc $rc)"; exit $((rc == 3 ? 3 : 1)); }
     javac -d "$cache/debezium-classes" -cp "$dbz_lib/*" "$repo/bench/peers/debezium/DebeziumPeer.java" ||
         die "javac DebeziumPeer.java failed"
 fi
