@@ -132,6 +132,8 @@ int main(int argc, char **argv)
         {"enable.auto.commit", "false"}, {"enable.partition.eof", "false"},
         {"fetch.wait.max.ms", "10"},     {"fetch.error.backoff.ms", "10"},
         {"queued.min.messages", "100000"}, {"log_level", "3"},
+        /* an offset query refused for good falls back to this, not "latest" */
+        {"auto.offset.reset", "earliest"},
     };
     for (size_t i = 0; i < sizeof props / sizeof props[0]; i++)
         if (rd_kafka_conf_set(conf, props[i][0], props[i][1], err, sizeof err) !=

@@ -35,9 +35,16 @@ class Message:
 
 
 def _consumer_conf(bootstrap):
+    # auto.offset.reset: the reads assign OFFSET_BEGINNING, but when the
+    # broker refuses that offset query for good (UNKNOWN_TOPIC_OR_PART from
+    # a partition leader that does not know a topic just auto-created yet),
+    # librdkafka falls back to auto.offset.reset, "latest" by default: the
+    # read then skipped what the partition already held, a "6 of 7 events"
+    # that was the reader's, not the relayer's.
     return {"bootstrap.servers": bootstrap,
             "group.id": "harness-" + uuid.uuid4().hex[:8],
             "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 100,
             "log_level": 0}

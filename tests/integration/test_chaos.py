@@ -277,7 +277,8 @@ def read_to_end(bootstrap, topics, timeout=90):
     value)] in offset order per partition."""
     from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-" + uuid.uuid4().hex[:8],
-                  "enable.auto.commit": False, "log_level": 3, "fetch.wait.max.ms": 100})
+                  "enable.auto.commit": False, "log_level": 3, "fetch.wait.max.ms": 100,
+                  "auto.offset.reset": "earliest"})  # as kafka_io._consumer_conf says
     out = []
     deadline = time.monotonic() + timeout
     try:
