@@ -13,8 +13,11 @@ duplicated, out_of_order (a record whose id is below an id already read
 for the same key on the same topic: per-aggregate order broken), foreign (records without a
 usable id, or outside the range), first_unix_us / last_new_unix_us (when
 the first and the last new event arrived). Creates --ready once its
-partitions are assigned.
+partitions are assigned. With --progress FILE it keeps the count of
+distinct events read so far in FILE (rewritten at most every 0.1 s): the
+crash runs kill a peer once half the events have arrived.
 """
+import os
 import argparse
 import json
 import sys
@@ -33,6 +36,7 @@ def main():
     ap.add_argument("--grace", type=float, default=1.0)
     ap.add_argument("--ready", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--progress", help="file kept holding the distinct events read so far")
     ap.add_argument("--latency", action="store_true",
                     help="also read t_us (the producer's clock_timestamp() before its commit, "
                          "in µs) from each event's JSON value: latency p50/p99/max")
@@ -60,7 +64,17 @@ def main():
     deadline = time.time() + a.timeout
     done_at = None
     lo, n = a.min_id, a.count
+    shown, shown_at = -1, 0.0
+
+    def show(now):
+        tmp = a.progress + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % distinct)
+        os.replace(tmp, a.progress)
+        return distinct, now
     while True:
+        if a.progress and distinct != shown and time.time() - shown_at >= 0.1:
+            shown, shown_at = show(time.time())
         now = time.time()
         if now > deadline or (done_at is not None and now > done_at + a.grace):
             break

@@ -43,9 +43,19 @@
 # tree over the run. Exits 1 when a run failed or an
 # event was lost, duplicated or reordered.
 #
+# Crash runs (--crash, on in the full run): after the drains, each relaying
+# peer drains the backlog once more, from its own copy of the slot, on a
+# fresh broker, and is SIGKILLed (its whole process group) once our consumer
+# has read half the events, then started again with the same command: the
+# events lost, delivered twice and reordered across the crash, and the time
+# from the restart to the last new event. Duplicates are expected there
+# (at-least-once); outbox-relay losing or reordering one fails the run, a
+# peer doing so is reported.
+#
 # Options: --events N (100000), --reps N (1), --peers LIST (all of the
 # above, comma-separated), --rates LIST (2000,5000; "" for none),
-# --steady-seconds N (10), --smoke (2,000 events, no steady rates),
+# --steady-seconds N (10), --crash / --no-crash (on unless --smoke),
+# --smoke (2,000 events, no steady rates, no crash runs),
 # --keep (keep logs), --json FILE. Exit status 3: Maven Central (Kafka's or
 # Debezium's jars) cannot be reached.
 set -euo pipefail
@@ -53,7 +63,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${OUTBOX_RELAY_BUILD:-$repo/build}
 events=100000 reps=1 peers=recv,relay-w2j,relay-pgo,debezium,poll keep=() json=""
-rates=2000,5000 steady_seconds=10
+rates=2000,5000 steady_seconds=10 crash=(--crash)
 while [ $# -gt 0 ]; do
     case "$1" in
     --events) events=${2:?}; shift ;;
@@ -61,7 +71,9 @@ while [ $# -gt 0 ]; do
     --peers) peers=${2:?}; shift ;;
     --rates) rates=${2?}; shift ;;
     --steady-seconds) steady_seconds=${2:?}; shift ;;
-    --smoke) events=2000 reps=1 rates="" ;;
+    --smoke) events=2000 reps=1 rates="" crash=() ;;
+    --crash) crash=(--crash) ;;
+    --no-crash) crash=() ;;
     --keep) keep=(--keep) ;;
     --json) json=${2:?}; shift ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -107,7 +119,7 @@ rc=0
     --relay "$build/outbox-relay" --poll "$cache/polling-relayer" \
     --dbz-lib "$dbz_lib" --dbz-classes "$cache/debezium-classes" --dbz-version "$dbz_version" \
     --kafka-version "$kafka_version" --json "$json" --rates "$rates" \
-    --steady-seconds "$steady_seconds" "${keep[@]}" || rc=$?
+    --steady-seconds "$steady_seconds" "${keep[@]}" "${crash[@]}" || rc=$?
 # The chart (bench/peers/chart.py) beside the JSON, when the run wrote one.
 if [ -s "$json" ]; then
     /usr/bin/python3 "$repo/bench/peers/chart.py" "$json" "${json%.json}.png" >/dev/null &&
