@@ -42,6 +42,18 @@ def log(*a):
     print("[peers %s]" % time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
 
 
+def stop_group(proc):
+    """SIGTERM to a peer's process group (a JVM's children too), SIGKILL
+    after 60 s; nothing when it has exited already."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 class Fail(Exception):
     pass
 
@@ -356,22 +368,7 @@ class Bench:
         k = Kafka(self.work, "%s-%d" % (re.sub(r"\W+", "_", peer), rep))
         k.start()
         tag = k.name
-        ready = os.path.join(self.work, tag + ".ready")
-        cout = os.path.join(self.work, tag + ".consumer.json")
-        clog = open(os.path.join(self.work, tag + ".consumer.log"), "w")
-        cons = subprocess.Popen([sys.executable, os.path.join(REPO, "bench/peers/consumer.py"),
-                                 "--bootstrap", k.bootstrap, "--topics", TOPICS,
-                                 "--min-id", str(self.min_id), "--count", str(self.a.events),
-                                 "--timeout", str(self.a.timeout), "--ready", ready,
-                                 "--out", cout], stdout=clog, stderr=subprocess.STDOUT)
-        for _ in range(600):
-            if os.path.exists(ready):
-                break
-            if cons.poll() is not None:
-                raise Fail("consumer.py exited: " + tail(clog.name))
-            time.sleep(0.05)
-        else:
-            raise Fail("consumer.py not ready in 30 s")
+        cons, cout = self.consume(k, tag, self.min_id, self.a.events, timeout=self.a.timeout)
         plog = os.path.join(self.work, tag + ".log")
         cmd = make_cmd(k.bootstrap)
         pg0 = tree_ticks(self.pg.proc.pid)
@@ -398,13 +395,7 @@ class Bench:
             m = re.search(r"cpu_ms=([0-9.]+)", open(plog).read())
             if m:
                 ticks = max(ticks, float(m.group(1)) / 1000 * TICK)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc)
         res = json.load(open(cout))
         k.stop()
         if slot:
@@ -555,13 +546,7 @@ class Bench:
                                % (peer, proc.returncode, tail(plog)))
                 time.sleep(0.05)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_group(proc)
             if cons.poll() is None:
                 cons.kill()
             k.stop()
@@ -699,13 +684,7 @@ class Bench:
                             max_ms=res.get("latency_max_ms"))
         finally:
             sampler.finish()
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_group(proc)
             k.stop()
             if slot:
                 self.pg.drop_slot(slot)
