@@ -14,7 +14,7 @@ for the same key on the same topic: per-aggregate order broken), foreign (record
 usable id, or outside the range), first_unix_us / last_new_unix_us (when
 the first and the last new event arrived). Creates --ready once its
 partitions are assigned. With --progress FILE it keeps the count of
-distinct events read so far in FILE (rewritten at most every 0.1 s): the
+distinct events read so far in FILE (rewritten at most every 0.02 s): the
 crash runs kill a peer once half the events have arrived.
 """
 import os
@@ -73,7 +73,7 @@ def main():
         os.replace(tmp, a.progress)
         return distinct, now
     while True:
-        if a.progress and distinct != shown and time.time() - shown_at >= 0.1:
+        if a.progress and distinct != shown and time.time() - shown_at >= 0.02:
             shown, shown_at = show(time.time())
         now = time.time()
         if now > deadline or (done_at is not None and now > done_at + a.grace):
