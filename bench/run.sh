@@ -1298,8 +1298,14 @@ consume_run() {
     # not load PostgreSQL for long), returning when it saw them all. A
     # loop here spawning psql, date and awk per look cost a tenth of the
     # machine while the consumer ran.
-    bg "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" -c "SELECT bench_wait_count($CONSUME_EVENTS, $tj, 600)" >"$work/consume-wait.out" 2>&1
+    bg "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" -c "CALL bench_wait_count($CONSUME_EVENTS, $tj, 600)" >"$work/consume-wait.out" 2>&1
     local waiter=$BG_PID
+    # Where the consumer's PostgreSQL sessions spend the apply: their wait
+    # events sampled every 10 ms (bench_sample_waits), summed up below.
+    local app=outbox-consume
+    [ "$kind" = seed ] && app=""
+    psql_q -c "DELETE FROM bench_waits WHERE kind = '$kind'"
+    bg "$PG_BIN/psql" -X -q -At -d "$DSN" -c "CALL bench_sample_waits('$kind', '$app', 600)" >/dev/null 2>&1
     for ((i = 0; i < 6000; i++)); do
         kill -0 "$waiter" 2>/dev/null || break
         kill -0 "$pid" 2>/dev/null || die "consume $kind exited: $(tail -5 "$logf")"
@@ -1312,6 +1318,11 @@ consume_run() {
     [ -n "$td" ] || die "consume $kind: $n of $CONSUME_EVENTS events applied in time: $(tail -5 "$logf")"
     ticks=$(proc_ticks "$pid")
     cpu_end consume "$kind"
+    psql_q -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'CALL bench_sample_waits%' AND pid <> pg_backend_pid()" >/dev/null
+    rec consume "${kind}_waits" "$(psql_q -c "SELECT string_agg(w || ' ' || round(100.0 * n / sum(n) OVER ())::int || ' %', ', ' ORDER BY n DESC)
+        FROM (SELECT CASE WHEN state = 'idle' THEN 'idle' ELSE wait_event END AS w, count(*) AS n
+              FROM bench_waits WHERE kind = '$kind' GROUP BY 1) x")"
+    log "consume $kind: PostgreSQL sessions' time: $(awk -F'\t' -v k="${kind}_waits" '$1 == "consume" && $2 == k { v = $3 } END { print v }' "$RESULTS")"
     # PostgreSQL's CPU per event over the same interval (this run's value:
     # the last one recorded; it includes the polling count(*) above).
     pgc=$(awk -F'\t' -v k="${kind}_postgres_cores" '$1 == "consume" && $2 == k { v = $3 } END { print v }' "$RESULTS")

@@ -95,23 +95,55 @@ $$;
 
 -- The consume phase's clock: waits until processed_events holds n rows,
 -- looking every 50 ms or every 1 % of the time since since_us (Unix µs),
--- whichever is longer, for at most timeout_s; returns the Unix µs at which
--- it saw them all, NULL on timeout. Each look is its own statement, so it
--- sees what committed since the last one.
-CREATE OR REPLACE FUNCTION bench_wait_count(n BIGINT, since_us BIGINT, timeout_s FLOAT8)
-RETURNS BIGINT LANGUAGE plpgsql AS $$
+-- whichever is longer, for at most timeout_s; done_us is the Unix µs at
+-- which it saw them all, NULL on timeout. A procedure that commits after
+-- each look: a function would run inside one statement whose snapshot
+-- holds the database's xmin for the whole run, so that no row version the
+-- consumers' upserts leave behind could be pruned (the loyalty points'
+-- HOT chains grew to one version per event applied, and every upsert
+-- walked them: measured, issue 29).
+DROP FUNCTION IF EXISTS bench_wait_count(BIGINT, BIGINT, FLOAT8);
+CREATE OR REPLACE PROCEDURE bench_wait_count(n BIGINT, since_us BIGINT, timeout_s FLOAT8,
+                                             INOUT done_us BIGINT DEFAULT NULL)
+LANGUAGE plpgsql AS $$
 DECLARE
     now_us BIGINT;
 BEGIN
     LOOP
         now_us := (extract(epoch FROM clock_timestamp()) * 1e6)::BIGINT;
         IF (SELECT count(*) FROM processed_events) >= n THEN
-            RETURN now_us;
+            done_us := now_us;
+            RETURN;
         END IF;
         IF now_us - since_us > timeout_s * 1e6 THEN
-            RETURN NULL;
+            RETURN;
         END IF;
+        COMMIT;
         PERFORM pg_sleep(greatest(0.05, (now_us - since_us) / 1e8));
+        COMMIT;
+    END LOOP;
+END
+$$;
+
+-- Where a consumer's PostgreSQL sessions spend their time (issue 29):
+-- every 10 ms for at most seconds, one row per client session of
+-- application app (outbox-consume's, or '' for the seed consumer) with its
+-- state and wait event (CPU when none: running, or waiting for a core),
+-- into bench_waits. The caller cancels it (pg_cancel_backend) when done.
+CREATE TABLE IF NOT EXISTS bench_waits (
+    kind TEXT, state TEXT, wait_event_type TEXT, wait_event TEXT);
+CREATE OR REPLACE PROCEDURE bench_sample_waits(kind TEXT, app TEXT, seconds FLOAT8)
+LANGUAGE plpgsql AS $$
+DECLARE
+    t0 TIMESTAMPTZ := clock_timestamp();
+BEGIN
+    WHILE clock_timestamp() - t0 < seconds * interval '1 second' LOOP
+        INSERT INTO bench_waits
+            SELECT kind, a.state, coalesce(a.wait_event_type, 'CPU'), coalesce(a.wait_event, 'CPU')
+            FROM pg_stat_activity a WHERE a.application_name = app AND a.pid <> pg_backend_pid()
+            AND a.backend_type = 'client backend';
+        COMMIT;
+        PERFORM pg_sleep(0.01);
     END LOOP;
 END
 $$;

@@ -153,6 +153,12 @@ struct consumer_kv {
     const char *value;
 };
 
+/* Apply workers (consumer_options.apply_workers): the default, chosen by
+ * measurement (docs/benchmarks.md, "Consumer throughput"), and the most. */
+#define CONSUMER_APPLY_WORKERS_DEFAULT 2
+#define CONSUMER_APPLY_WORKERS_DEFAULT_STR "2"
+#define CONSUMER_APPLY_WORKERS_MAX 64
+
 struct consumer_options {
     const char *brokers;            /* bootstrap.servers (or set it in kafka[]) */
     const char *group;              /* group.id, required */
@@ -182,6 +188,20 @@ struct consumer_options {
      * event is treated the same either way. outbox-consume sets it to its
      * prepared --apply statement. */
     const char *apply_stmt;
+    /* PostgreSQL connections a batch is applied over (0: the default,
+     * CONSUMER_APPLY_WORKERS_DEFAULT), with apply_stmt only (the handler
+     * path uses one). The batch is split by key (FNV-1a of the Kafka key;
+     * a keyless message by its partition), each part one pipelined
+     * transaction on its own connection, all parts at once; the next batch
+     * starts when every part is concluded, so a key's events are applied
+     * in their order. A part that does not commit (a data error, a lost
+     * worker connection, a transient conflict) sends the batch to the main
+     * connection, where the parts that did commit are skipped as already
+     * processed and the rest is applied as with one connection. Offsets
+     * are committed only below the lowest unapplied event of each
+     * partition. A batch finished at a revoke or a stop uses the main
+     * connection only (the watchdog guards that one). */
+    int apply_workers;
     void *arg;                      /* passed to handler and on_connect */
 };
 
