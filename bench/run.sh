@@ -1297,32 +1297,27 @@ consume_run() {
     # of the time so far (the error stays under 1 % and the count(*) does
     # not load PostgreSQL for long), returning when it saw them all. A
     # loop here spawning psql, date and awk per look cost a tenth of the
-    # machine while the consumer ran.
-    bg "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" -c "CALL bench_wait_count($CONSUME_EVENTS, $tj, 600)" >"$work/consume-wait.out" 2>&1
-    local waiter=$BG_PID
-    # Where the consumer's PostgreSQL sessions spend the apply: their wait
-    # events sampled every 10 ms (bench_sample_waits), summed up below.
+    # machine while the consumer ran; a plpgsql loop held the xmin. The
+    # same process samples where the consumer's PostgreSQL sessions spend
+    # the apply (their wait events every 10 ms; bench/consume_watch.py).
     local app=outbox-consume
     [ "$kind" = seed ] && app=""
-    psql_q -c "DELETE FROM bench_waits WHERE kind = '$kind'"
-    bg "$PG_BIN/psql" -X -q -At -d "$DSN" -c "CALL bench_sample_waits('$kind', '$app', 600)" >/dev/null 2>&1
+    bg /usr/bin/python3 "$repo/bench/consume_watch.py" "$DSN" "$CONSUME_EVENTS" "$tj" 600 "$app" >"$work/consume-wait.out" 2>&1
+    local waiter=$BG_PID
     for ((i = 0; i < 6000; i++)); do
         kill -0 "$waiter" 2>/dev/null || break
         kill -0 "$pid" 2>/dev/null || die "consume $kind exited: $(tail -5 "$logf")"
         sleep 0.1
     done
     wait_pid "$waiter" 10
-    td=$(tr -d ' \n' <"$work/consume-wait.out")
+    td=$(head -1 "$work/consume-wait.out" | tr -d ' \n')
     [[ "$td" =~ ^[0-9]+$ ]] || td=""
     n=$(psql_q -c "SELECT count(*) FROM processed_events")
     [ -n "$td" ] || die "consume $kind: $n of $CONSUME_EVENTS events applied in time: $(tail -5 "$logf")"
     ticks=$(proc_ticks "$pid")
     cpu_end consume "$kind"
-    psql_q -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'CALL bench_sample_waits%' AND pid <> pg_backend_pid()" >/dev/null
-    rec consume "${kind}_waits" "$(psql_q -c "SELECT string_agg(w || ' ' || round(100.0 * n / sum(n) OVER ())::int || ' %', ', ' ORDER BY n DESC)
-        FROM (SELECT CASE WHEN state = 'idle' THEN 'idle' ELSE wait_event END AS w, count(*) AS n
-              FROM bench_waits WHERE kind = '$kind' GROUP BY 1) x")"
-    log "consume $kind: PostgreSQL sessions' time: $(awk -F'\t' -v k="${kind}_waits" '$1 == "consume" && $2 == k { v = $3 } END { print v }' "$RESULTS")"
+    rec consume "${kind}_waits" "$(sed -n 2p "$work/consume-wait.out")"
+    log "consume $kind: the consumer's PostgreSQL sessions: $(sed -n 2p "$work/consume-wait.out")"
     # PostgreSQL's CPU per event over the same interval (this run's value:
     # the last one recorded; it includes the polling count(*) above).
     pgc=$(awk -F'\t' -v k="${kind}_postgres_cores" '$1 == "consume" && $2 == k { v = $3 } END { print v }' "$RESULTS")
