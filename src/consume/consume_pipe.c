@@ -77,6 +77,10 @@ struct pipe {
     bool *fresh;     /* per message: new, to be applied */
     char *ids;       /* the array literal of $2 */
     long inserted;   /* rows the optimistic INSERT inserted */
+    int r1;          /* optimistic_decide: read_results' verdict on BEGIN and the INSERT */
+    size_t failed1;  /* ... which of them failed */
+    struct consumer_failure why1; /* ... and why */
+    bool commit;     /* ... COMMIT sent (else ROLLBACK) */
 };
 
 char *consume_ids_literal(const struct msg_view *v, size_t n)
@@ -309,34 +313,43 @@ lost:
     return APPLY_CONN;
 }
 
-/* The optimistic form's second half: reads the INSERT's result, sends
- * COMMIT (every event new) or ROLLBACK, reads the rest. APPLY_OK when
- * committed; *dups set (and the transaction rolled back) when some event
- * was not new. */
+/* The optimistic form's middle: reads BEGIN's and the INSERT's results
+ * (sent ahead of the apply statements' by the Flush request) and sends
+ * COMMIT when the INSERT inserted a row for every message, else ROLLBACK.
+ * After it the transaction ends in the server without waiting for us.
+ * APPLY_OK when that is sent (what was read is kept in p for
+ * optimistic_finish); APPLY_CONN when the connection failed. */
+static enum apply_rc optimistic_decide(struct pipe *p, size_t n)
+{
+    p->r1 = read_results(p, 2, false, 1, NULL, &p->failed1, &p->why1);
+    if (p->r1 == -2)
+        return APPLY_CONN;
+    p->commit = p->r1 == 0 && p->inserted == (long) n;
+    if (!send_simple(p->pg, p->commit ? "COMMIT" : "ROLLBACK") || !PQpipelineSync(p->pg)) {
+        struct consumer_failure why;
+        conn_failure(p, &why);
+        return APPLY_CONN;
+    }
+    return APPLY_OK;
+}
+
+/* The optimistic form's end: reads the apply statements' results and the
+ * COMMIT's (or ROLLBACK's). APPLY_OK when committed; *dups set (and the
+ * transaction rolled back) when some event was not new. */
 static enum apply_rc optimistic_finish(struct pipe *p, size_t n, bool *dups)
 {
-    PGconn *pg = p->pg;
-    struct consumer_failure why, why2;
-    size_t failed = 0, failed2 = 0;
-
-    int r1 = read_results(p, 2, false, 1, NULL, &failed, &why);
-    if (r1 == -2)
-        return APPLY_CONN;
-    bool commit = r1 == 0 && p->inserted == (long) n;
-    if (!send_simple(pg, commit ? "COMMIT" : "ROLLBACK") || !PQpipelineSync(pg))
-        goto lost;
-    size_t failed_apply = 0;
+    struct consumer_failure why2, why3;
+    size_t failed_apply = 0, failed2 = 0;
     int r2 = read_results(p, n, true, (size_t) -1, NULL, &failed_apply, &why2);
     if (r2 == -2)
         return APPLY_CONN;
-    struct consumer_failure why3;
     int r3 = read_results(p, 1, true, (size_t) -1, NULL, &failed2, &why3);
     if (r3 == -2)
         return APPLY_CONN;
-    if (r1 < 0)
-        return consume_own_failed(p->c, failed == 0 ? "BEGIN" : "INSERT INTO processed_events",
-                                  &why);
-    if (!commit) {
+    if (p->r1 < 0)
+        return consume_own_failed(p->c, p->failed1 == 0 ? "BEGIN" : "INSERT INTO processed_events",
+                                  &p->why1);
+    if (!p->commit) {
         *dups = true;
         return r3 < 0 ? consume_own_failed(p->c, "ROLLBACK", &why3) : APPLY_OK;
     }
@@ -347,9 +360,6 @@ static enum apply_rc optimistic_finish(struct pipe *p, size_t n, bool *dups)
     for (size_t i = 0; i < n; i++)
         p->fresh[i] = true;
     return APPLY_OK;
-lost:
-    conn_failure(p, &why);
-    return APPLY_CONN;
 }
 
 /* The optimistic form (every message new). APPLY_OK when committed; *dups
@@ -359,6 +369,8 @@ static enum apply_rc optimistic(struct pipe *p, size_t n, bool *dups)
     if (n > PIPE_CHUNK)
         return optimistic_large(p, n, dups);
     enum apply_rc rc = optimistic_send(p, n);
+    if (rc == APPLY_OK)
+        rc = optimistic_decide(p, n);
     return rc != APPLY_OK ? rc : optimistic_finish(p, n, dups);
 }
 
@@ -583,13 +595,14 @@ enum apply_rc consume_pipe_apply_parallel(struct consumer *c, size_t n, bool *ap
     unsigned *wof = calloc(n, sizeof *wof);
     rd_kafka_message_t **msgs = calloc(n, sizeof *msgs);
     bool *sent = calloc(nw, sizeof *sent), *done = calloc(nw, sizeof *done);
+    bool *decided_lost = calloc(nw, sizeof *decided_lost);
     enum apply_rc rc = APPLY_OK;
     size_t napplied = 0, ndups = 0;
     unsigned ncommitted = 0, nused = 0;
 
     memset(applied, 0, n * sizeof *applied);
     if (parts == NULL || count == NULL || wof == NULL || msgs == NULL || sent == NULL ||
-        done == NULL) {
+        done == NULL || decided_lost == NULL) {
         consume_set_error(c, "out of memory");
         rc = APPLY_FATAL;
         goto out;
@@ -635,11 +648,21 @@ enum apply_rc consume_pipe_apply_parallel(struct consumer *c, size_t n, bool *ap
         if (!sent[w])
             log_debug("apply worker %u: the part of %zu messages could not be sent", w, count[w]);
     }
+    /* Every part's COMMIT (or ROLLBACK) is sent before any part's end is
+     * read: a part whose apply waits for a row lock of another part's
+     * transaction (two keys, one row: the loyalty example's customer row
+     * is shared by the orders of one customer) then waits for PostgreSQL
+     * only, never for us reading the first part; a cycle of such waits is
+     * PostgreSQL's deadlock (40P01), a part that does not commit. */
+    for (unsigned w = 0; w < nw; w++)
+        if (count[w] > 0 && sent[w] && optimistic_decide(&parts[w], count[w]) != APPLY_OK)
+            decided_lost[w] = true;
     for (unsigned w = 0; w < nw; w++) {
         if (count[w] == 0)
             continue;
         bool dups = false, lost = false;
-        enum apply_rc r = sent[w] ? optimistic_finish(&parts[w], count[w], &dups) : APPLY_SLOW;
+        enum apply_rc r = !sent[w] ? APPLY_SLOW : decided_lost[w] ? APPLY_CONN
+                          : optimistic_finish(&parts[w], count[w], &dups);
         if (r == APPLY_FATAL)
             r = APPLY_SLOW; /* the consumer's own connection says it again, or not */
         r = sent[w] ? pipe_conclude(&parts[w], count[w], r, dups, &lost) : r;
@@ -689,5 +712,6 @@ out:
     free(msgs);
     free(sent);
     free(done);
+    free(decided_lost);
     return rc;
 }
