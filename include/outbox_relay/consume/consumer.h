@@ -155,8 +155,8 @@ struct consumer_kv {
 
 /* Apply workers (consumer_options.apply_workers): the default, chosen by
  * measurement (docs/benchmarks.md, "Consumer throughput"), and the most. */
-#define CONSUMER_APPLY_WORKERS_DEFAULT 2
-#define CONSUMER_APPLY_WORKERS_DEFAULT_STR "2"
+#define CONSUMER_APPLY_WORKERS_DEFAULT 1
+#define CONSUMER_APPLY_WORKERS_DEFAULT_STR "1"
 #define CONSUMER_APPLY_WORKERS_MAX 64
 
 struct consumer_options {
