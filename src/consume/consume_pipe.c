@@ -610,7 +610,14 @@ enum apply_rc consume_pipe_apply_parallel(struct consumer *c, size_t n, bool *ap
     /* The parts, each a run of msgs[] in batch order. */
     for (size_t i = 0; i < n; i++) {
         const rd_kafka_message_t *m = c->batch[i];
-        wof[i] = consume_worker_of(m->key, m->key_len, m->partition, nw);
+        const char *key = (const char *) m->key;
+        size_t key_len = m->key_len;
+        if (c->o.apply_key != NULL && m->payload != NULL &&
+            !consume_json_member((const char *) m->payload, m->len, c->o.apply_key, &key, &key_len)) {
+            key = (const char *) m->key;
+            key_len = m->key_len;
+        }
+        wof[i] = consume_worker_of(key, key_len, m->partition, nw);
         count[wof[i]]++;
     }
     size_t start = 0;

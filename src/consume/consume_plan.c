@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "outbox_relay/decode/jscan.h"
+
 unsigned consume_worker_of(const void *key, size_t keylen, int32_t partition, unsigned nworkers)
 {
     if (nworkers <= 1)
@@ -35,6 +37,40 @@ unsigned consume_worker_of(const void *key, size_t keylen, int32_t partition, un
         }
     }
     return h % nworkers;
+}
+
+bool consume_json_member(const char *json, size_t len, const char *name, const char **val,
+                         size_t *vlen)
+{
+    struct jscan sc = {.s = json, .len = len};
+    size_t nlen = strlen(name);
+    jscan_ws(&sc);
+    if (jscan_expect(&sc, '{', "{") < 0)
+        return false;
+    jscan_ws(&sc);
+    if (jscan_peek(&sc) == '}')
+        return false;
+    for (;;) {
+        struct jscan_value k, v;
+        jscan_ws(&sc);
+        if (jscan_peek(&sc) != '"' || jscan_string(&sc, &k) < 0)
+            return false;
+        jscan_ws(&sc);
+        if (jscan_expect(&sc, ':', ":") < 0)
+            return false;
+        jscan_ws(&sc);
+        if (jscan_value(&sc, 1, &v) < 0)
+            return false;
+        if (k.len == nlen && memcmp(k.ptr, name, nlen) == 0) {
+            *val = v.ptr;
+            *vlen = v.len;
+            return true;
+        }
+        jscan_ws(&sc);
+        if (jscan_peek(&sc) != ',')
+            return false;
+        sc.pos++;
+    }
 }
 
 void consume_lowmark_reset(struct consume_lowmark *t)

@@ -4,7 +4,8 @@
  *
  *   which apply worker a message goes to: the same key always to the same
  *   worker, so that the events of one aggregate are applied by one
- *   PostgreSQL connection, in their Kafka order;
+ *   PostgreSQL connection, in their Kafka order; the key is the Kafka key
+ *   or, with --apply-key, a top-level member of the JSON payload;
  *
  *   which offset of each partition may be committed after some messages of
  *   a batch were applied and others not: the lowest unapplied one (so a
@@ -27,6 +28,15 @@
  * goes by its partition, so that a partition's keyless messages keep their
  * order too. nworkers <= 1: always 0. */
 unsigned consume_worker_of(const void *key, size_t keylen, int32_t partition, unsigned nworkers);
+
+/* The raw value of the top-level member name of the JSON object
+ * json[0..len) (--apply-key): for a string the bytes between its quotes,
+ * still escaped; for any other value its token. The member's name is
+ * compared byte for byte with the escaped key as written. false when json
+ * is not an object, has no such member, or is malformed before it (the
+ * caller then falls back to the Kafka key). *val points into json. */
+bool consume_json_member(const char *json, size_t len, const char *name, const char **val,
+                         size_t *vlen);
 
 /* One partition's state in a batch. */
 struct consume_lowmark_part {

@@ -202,6 +202,15 @@ struct consumer_options {
      * partition. A batch finished at a revoke or a stop uses the main
      * connection only (the watchdog guards that one). */
     int apply_workers;
+    /* Optional, with apply_workers > 1: the name of a top-level member of
+     * the JSON payload whose value (as written, a string's escapes kept)
+     * is hashed instead of the Kafka key; a message whose payload is not
+     * a JSON object with that member goes by its Kafka key. For workloads
+     * whose rows are not the aggregate's (the loyalty example: the key is
+     * the order, the row the customer): parts then update different rows.
+     * Every event of one aggregate must carry the same value, or its order
+     * is no longer kept. */
+    const char *apply_key;
     void *arg;                      /* passed to handler and on_connect */
 };
 

@@ -57,6 +57,7 @@ static void test_defaults(void)
     CHECK(strcmp(o.topics[0], "order") == 0);
     CHECK_EQ_INT(o.batch, 100);
     CHECK_EQ_INT(o.apply_workers, CONSUMER_APPLY_WORKERS_DEFAULT);
+    CHECK(o.apply_key == NULL);
     CHECK(o.revoke_timeout == 5.0);
     consume_config_free(&c);
 }
@@ -166,6 +167,7 @@ static void test_errors(void)
                  "--apply-workers", "0");
     expect_error("--apply-workers must be between 1 and 64, got 65", 15, REQUIRED,
                  "--apply-workers", "65");
+    expect_error("--apply-key needs a member name", 15, REQUIRED, "--apply-key", "");
     expect_error("--revoke-timeout must be between", 15, REQUIRED, "--revoke-timeout", "0");
     expect_error("--revoke-timeout must be between", 15, REQUIRED, "--revoke-timeout", "7200");
     expect_error("unknown option --bacth", 15, REQUIRED, "--bacth", "5");

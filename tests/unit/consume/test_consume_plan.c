@@ -42,6 +42,36 @@ static void test_worker_of(void)
     CHECK(consume_worker_of("a\0b", 3, 0, 1000) != consume_worker_of("a\0c", 3, 0, 1000));
 }
 
+static void test_json_member(void)
+{
+    const char *v = NULL;
+    size_t n = 0;
+    const char *j = "{\"order_id\": \"o-1\", \"customer_id\":\"c-42\", \"points\": 12, "
+                    "\"tags\": [1, {\"customer_id\": \"inner\"}], \"x\": null}";
+    CHECK(consume_json_member(j, strlen(j), "customer_id", &v, &n));
+    CHECK_SPAN(v, n, "c-42");
+    CHECK(consume_json_member(j, strlen(j), "points", &v, &n));
+    CHECK_SPAN(v, n, "12");
+    CHECK(consume_json_member(j, strlen(j), "tags", &v, &n));
+    CHECK_SPAN(v, n, "[1, {\"customer_id\": \"inner\"}]");
+    CHECK(consume_json_member(j, strlen(j), "x", &v, &n));
+    CHECK_SPAN(v, n, "null");
+    CHECK(!consume_json_member(j, strlen(j), "inner", &v, &n)); /* top level only */
+    CHECK(!consume_json_member(j, strlen(j), "customer", &v, &n));
+    /* a string's escapes are kept: the same value always hashes alike */
+    const char *e = " { \"k\" : \"a\\\"b\" } ";
+    CHECK(consume_json_member(e, strlen(e), "k", &v, &n));
+    CHECK_SPAN(v, n, "a\\\"b");
+    /* not an object, empty, truncated, malformed before the member */
+    const char *bad[] = {"", "[]", "\"k\"", "{}", "{\"k\"", "{\"k\":", "{\"a\":1 \"k\":2}",
+                         "{\"a\":tru, \"k\":1}", "{k:1}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(!consume_json_member(bad[i], strlen(bad[i]), "k", &v, &n));
+    /* the length bounds the scan: a member past len is not seen */
+    const char *cut = "{\"a\":1,\"k\":2}";
+    CHECK(!consume_json_member(cut, 8, "k", &v, &n));
+}
+
 static void test_lowmark_fixed(void)
 {
     struct consume_lowmark t = {0};
@@ -149,6 +179,7 @@ static void test_lowmark_random(void)
 int main(void)
 {
     test_worker_of();
+    test_json_member();
     test_lowmark_fixed();
     test_lowmark_random();
     CHECK_DONE();
