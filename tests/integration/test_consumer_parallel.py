@@ -2,7 +2,8 @@
 (--apply-workers N: a batch split by key over N PostgreSQL connections).
 
   test_parallel_points_exact_with_rebalance_and_kill
-      the loyalty example with 4 apply workers while events flow: a second
+      the loyalty example with 4 apply workers (split by the Kafka key, or
+      by the payload's customer_id: --apply-key) while events flow: a second
       consumer joins the group and leaves it, then a consumer is SIGKILLed
       mid-stream and restarted; every customer's points end exact and
       every event is in processed_events once; the group's offsets end at
@@ -63,11 +64,13 @@ class Flow(threading.Thread):
         return dict(self.orders.expected), self.orders.n
 
 
-def test_parallel_points_exact_with_rebalance_and_kill(shop, broker, kafka, consume):
+@pytest.mark.parametrize("split", ["key", "apply-key"])
+def test_parallel_points_exact_with_rebalance_and_kill(shop, broker, kafka, consume, split):
     pg = shop
     broker.create_topic("order", 4)
     customers = keys_covering(4, per_partition=8)
-    args = consumer_args(pg, broker, extra=WORKERS)
+    extra = WORKERS + (["--apply-key", "customer_id"] if split == "apply-key" else [])
+    args = consumer_args(pg, broker, extra=extra)
     a = consume(*args)
     a.wait_for_log(r"assigned 4 partition", timeout=60)
     flow = Flow(kafka, customers)
