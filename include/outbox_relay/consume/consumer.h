@@ -10,7 +10,9 @@
  * message is a duplicate and is skipped, otherwise the handler runs inside a
  * SAVEPOINT. (With o.apply_stmt the same transaction is pipelined: one
  * INSERT for the batch's event ids, the statement per new event, no
- * savepoints; see apply_stmt below.) After COMMIT, and only then, the
+ * savepoints; see apply_stmt below. With apply_workers > 1 the batch is
+ * split by key into one such transaction per connection; see
+ * apply_workers.) After COMMIT, and only then, the
  * batch's Kafka offsets are committed (asynchronously; synchronously at a
  * revoke or a stop; an offset commit refused or not confirmed is retried
  * every second and with the next batch while the partition stays ours). A
