@@ -1528,6 +1528,7 @@ table_rows() {
         echo "| consume: seed consumer (one transaction per event, bench/seed_consumer.c) | $(fmt %.0f "$cs") events/s, $(fmt %.1f "$(med consume seed_cpu_us_per_event)") µs CPU/event; group join $(fmt %.2f "$(med consume seed_join_s)") s | |"
         echo "| consume: outbox-consume ÷ seed consumer (of the medians; median of per-repetition ratios) | **$(fmt %.1f "$(calc "$co / $cs")")×** ($(fmt %.1f "$(med consume ratio)")×) | ≥ 20× |"
         echo "| consume: while applying, cores busy (of $NCPU): outbox-consume / seed consumer | machine $(c2 consume outbox_machine_cores), PostgreSQL $(c2 consume outbox_postgres_cores) ($(fmt %.1f "$(med consume outbox_pg_us_per_event)") µs/event) / machine $(c2 consume seed_machine_cores), PostgreSQL $(c2 consume seed_postgres_cores) ($(fmt %.1f "$(med consume seed_pg_us_per_event)") µs/event) | |"
+        echo "| consume: the consumer's PostgreSQL sessions' time, sampled every 10 ms (last repetition; CPU: running or waiting for a core): outbox-consume / seed consumer | $(last_rec consume outbox_waits) / $(last_rec consume seed_waits) | |"
     fi
     if has_phase decoder && [ -n "$(med decoder lines_per_s)" ]; then
         echo "| decoder: typical $(med decoder line_bytes)-byte insert line, one core | **$(fmt %.0f "$(med decoder lines_per_s)") lines/s** | ≥ 1,000,000 |"
