@@ -1297,8 +1297,12 @@ consume_run() {
     # of the time so far (the error stays under 1 % and the count(*) does
     # not load PostgreSQL for long), returning when it saw them all. A
     # loop here spawning psql, date and awk per look cost a tenth of the
-    # machine while the consumer ran.
-    bg "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$DSN" -c "SELECT bench_wait_count($CONSUME_EVENTS, $tj, 600)" >"$work/consume-wait.out" 2>&1
+    # machine while the consumer ran; a plpgsql loop held the xmin. The
+    # same process samples where the consumer's PostgreSQL sessions spend
+    # the apply (their wait events every 10 ms; bench/consume_watch.py).
+    local app=outbox-consume
+    [ "$kind" = seed ] && app=""
+    bg /usr/bin/python3 "$repo/bench/consume_watch.py" "$DSN" "$CONSUME_EVENTS" "$tj" 600 "$app" >"$work/consume-wait.out" 2>&1
     local waiter=$BG_PID
     for ((i = 0; i < 6000; i++)); do
         kill -0 "$waiter" 2>/dev/null || break
@@ -1306,12 +1310,14 @@ consume_run() {
         sleep 0.1
     done
     wait_pid "$waiter" 10
-    td=$(tr -d ' \n' <"$work/consume-wait.out")
+    td=$(head -1 "$work/consume-wait.out" | tr -d ' \n')
     [[ "$td" =~ ^[0-9]+$ ]] || td=""
     n=$(psql_q -c "SELECT count(*) FROM processed_events")
     [ -n "$td" ] || die "consume $kind: $n of $CONSUME_EVENTS events applied in time: $(tail -5 "$logf")"
     ticks=$(proc_ticks "$pid")
     cpu_end consume "$kind"
+    rec consume "${kind}_waits" "$(sed -n 2p "$work/consume-wait.out")"
+    log "consume $kind: the consumer's PostgreSQL sessions: $(sed -n 2p "$work/consume-wait.out")"
     # PostgreSQL's CPU per event over the same interval (this run's value:
     # the last one recorded; it includes the polling count(*) above).
     pgc=$(awk -F'\t' -v k="${kind}_postgres_cores" '$1 == "consume" && $2 == k { v = $3 } END { print v }' "$RESULTS")
@@ -1522,6 +1528,7 @@ table_rows() {
         echo "| consume: seed consumer (one transaction per event, bench/seed_consumer.c) | $(fmt %.0f "$cs") events/s, $(fmt %.1f "$(med consume seed_cpu_us_per_event)") µs CPU/event; group join $(fmt %.2f "$(med consume seed_join_s)") s | |"
         echo "| consume: outbox-consume ÷ seed consumer (of the medians; median of per-repetition ratios) | **$(fmt %.1f "$(calc "$co / $cs")")×** ($(fmt %.1f "$(med consume ratio)")×) | ≥ 20× |"
         echo "| consume: while applying, cores busy (of $NCPU): outbox-consume / seed consumer | machine $(c2 consume outbox_machine_cores), PostgreSQL $(c2 consume outbox_postgres_cores) ($(fmt %.1f "$(med consume outbox_pg_us_per_event)") µs/event) / machine $(c2 consume seed_machine_cores), PostgreSQL $(c2 consume seed_postgres_cores) ($(fmt %.1f "$(med consume seed_pg_us_per_event)") µs/event) | |"
+        echo "| consume: the consumer's PostgreSQL sessions' time, sampled every 10 ms (last repetition; CPU: running or waiting for a core): outbox-consume / seed consumer | $(last_rec consume outbox_waits) / $(last_rec consume seed_waits) | |"
     fi
     if has_phase decoder && [ -n "$(med decoder lines_per_s)" ]; then
         echo "| decoder: typical $(med decoder line_bytes)-byte insert line, one core | **$(fmt %.0f "$(med decoder lines_per_s)") lines/s** | ≥ 1,000,000 |"

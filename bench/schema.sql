@@ -93,29 +93,6 @@ BEGIN
 END
 $$;
 
--- The consume phase's clock: waits until processed_events holds n rows,
--- looking every 50 ms or every 1 % of the time since since_us (Unix µs),
--- whichever is longer, for at most timeout_s; returns the Unix µs at which
--- it saw them all, NULL on timeout. Each look is its own statement, so it
--- sees what committed since the last one.
-CREATE OR REPLACE FUNCTION bench_wait_count(n BIGINT, since_us BIGINT, timeout_s FLOAT8)
-RETURNS BIGINT LANGUAGE plpgsql AS $$
-DECLARE
-    now_us BIGINT;
-BEGIN
-    LOOP
-        now_us := (extract(epoch FROM clock_timestamp()) * 1e6)::BIGINT;
-        IF (SELECT count(*) FROM processed_events) >= n THEN
-            RETURN now_us;
-        END IF;
-        IF now_us - since_us > timeout_s * 1e6 THEN
-            RETURN NULL;
-        END IF;
-        PERFORM pg_sleep(greatest(0.05, (now_us - since_us) / 1e8));
-    END LOOP;
-END
-$$;
-
 -- The wall-clock time (unix µs) at which SLOT's confirmed position reached
 -- LSN: the relayer has every event before LSN acknowledged by the broker
 -- and has said so to the server. NULL after timeout_s. Looks every 2 ms, in

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "outbox_relay/base/log.h"
+#include "consume_plan.h"
 
 #define SAVEPOINT_SQL "SAVEPOINT outbox_consume_msg"
 #define RELEASE_SQL "RELEASE SAVEPOINT outbox_consume_msg"
@@ -77,7 +78,7 @@ static enum apply_rc record_failed(struct consumer *c, const struct consumer_mes
  * it. On APPLY_HALT, *fail_at is the index of the failing message and the
  * transaction is rolled back. On every other failure the transaction is
  * rolled back or the connection is gone. */
-static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at)
+static enum apply_rc apply_single(struct consumer *c, size_t n, size_t *fail_at)
 {
     struct consumer_failure why;
     uint64_t applied = 0, dups = 0, failed = 0;
@@ -212,6 +213,44 @@ rollback:
     return rc;
 }
 
+static void commit_offsets(struct consumer *c, size_t n, const bool *applied, bool sync);
+
+/* Applies the first n messages of the batch: split over the apply workers
+ * when parallel (outside a revoke or a stop: the watchdog guards c->pg
+ * only) and they are all connected, else, or for what a part of that did
+ * not commit, on c->pg (apply_single). Returns as apply_single. */
+static enum apply_rc apply_batch(struct consumer *c, size_t n, size_t *fail_at, bool parallel)
+{
+    if (!parallel || c->nworkers <= 1 || c->o.apply_stmt == NULL || n < 2 ||
+        !consume_workers_ready(c))
+        return apply_single(c, n, fail_at);
+    bool *applied = calloc(n, sizeof *applied);
+    if (applied == NULL) {
+        consume_set_error(c, "out of memory");
+        return APPLY_FATAL;
+    }
+    enum apply_rc rc = consume_pipe_apply_parallel(c, n, applied);
+    if (rc == APPLY_SLOW || rc == APPLY_CONN) {
+        /* What did commit is kept: its offsets, below the lowest unapplied
+         * event of each partition, are committed now. */
+        commit_offsets(c, n, applied, false);
+        if (rc == APPLY_SLOW) {
+            log_debug("a part of the batch of %zu did not commit; applying the batch on the "
+                      "main connection", n);
+            rc = apply_single(c, n, fail_at);
+        }
+    }
+    free(applied);
+    if (rc == APPLY_OK && c->applied_ahead > 0) {
+        /* counted as duplicates by the attempt that completed the batch */
+        c->stats.applied += c->applied_ahead;
+        c->stats.duplicates -= c->applied_ahead < c->stats.duplicates ? c->applied_ahead
+                                                                      : c->stats.duplicates;
+        c->applied_ahead = 0;
+    }
+    return rc;
+}
+
 /* Commits the offsets applied and not yet committed (c->pending),
  * synchronously. A failure (typically "rebalance in progress") is logged,
  * not fatal: the events are applied, and the offsets stay pending, to be
@@ -317,25 +356,44 @@ void consume_on_commit(struct consumer *c, rd_kafka_resp_err_t err,
     }
 }
 
-/* Adds offset+1 of the last of the first n batch messages of each
- * partition to the pending offsets, then commits them (synchronously when
- * sync: at a revoke, a stop or a halt; else asynchronously). */
-static void commit_offsets(struct consumer *c, size_t n, bool sync)
+/* Adds to the pending offsets, for each partition of the first n batch
+ * messages, the offset below which all of them are applied (applied NULL:
+ * all are; else applied[i] per message): the lowest unapplied one, or the
+ * last + 1 (consume_plan.h). Then commits them (synchronously when sync: at
+ * a revoke, a stop or a halt; else asynchronously). */
+static void commit_offsets(struct consumer *c, size_t n, const bool *applied, bool sync)
 {
+    struct consume_lowmark lm = {0};
     if (n == 0)
         return;
-    if (c->pending == NULL)
-        c->pending = rd_kafka_topic_partition_list_new((int) n);
     for (size_t i = 0; i < n; i++) {
         const rd_kafka_message_t *m = c->batch[i];
-        const char *topic = rd_kafka_topic_name(m->rkt);
-        rd_kafka_topic_partition_t *p =
-            rd_kafka_topic_partition_list_find(c->pending, topic, m->partition);
-        if (p == NULL)
-            p = rd_kafka_topic_partition_list_add(c->pending, topic, m->partition);
-        if (m->offset + 1 > p->offset)
-            p->offset = m->offset + 1;
+        if (consume_lowmark_note(&lm, rd_kafka_topic_name(m->rkt), m->partition, m->offset,
+                                 applied == NULL || applied[i]) < 0) {
+            consume_lowmark_free(&lm);
+            log_warn("out of memory: the offsets of a batch of %zu are committed later", n);
+            return;
+        }
     }
+    bool any = false;
+    for (size_t k = 0; k < lm.nparts; k++) {
+        int64_t off;
+        if (!consume_lowmark_commit(&lm, k, &off))
+            continue;
+        if (c->pending == NULL)
+            c->pending = rd_kafka_topic_partition_list_new((int) lm.nparts);
+        rd_kafka_topic_partition_t *p = rd_kafka_topic_partition_list_find(
+            c->pending, lm.parts[k].topic, lm.parts[k].partition);
+        if (p == NULL)
+            p = rd_kafka_topic_partition_list_add(c->pending, lm.parts[k].topic,
+                                                  lm.parts[k].partition);
+        if (off > p->offset)
+            p->offset = off;
+        any = true;
+    }
+    consume_lowmark_free(&lm);
+    if (!any)
+        return;
     if (sync)
         consume_commit_pending(c);
     else
@@ -357,6 +415,10 @@ void consume_forget_pending(struct consumer *c, const rd_kafka_topic_partition_l
 
 void consume_batch_drop(struct consumer *c, size_t from)
 {
+    if (from == 0) { /* applied by a part of the parallel form, never counted */
+        c->stats.applied += c->applied_ahead;
+        c->applied_ahead = 0;
+    }
     for (size_t i = from; i < c->nbatch; i++)
         rd_kafka_message_destroy(c->batch[i]);
     if (from < c->nbatch)
@@ -371,9 +433,9 @@ static void halt_at(struct consumer *c, size_t fail_at)
     snprintf(saved, sizeof saved, "%s", c->errstr);
     size_t dummy;
     if (fail_at > 0) {
-        enum apply_rc rc = apply_batch(c, fail_at, &dummy);
+        enum apply_rc rc = apply_batch(c, fail_at, &dummy, false);
         if (rc == APPLY_OK)
-            commit_offsets(c, fail_at, true);
+            commit_offsets(c, fail_at, NULL, true);
         else
             log_warn("could not re-apply the %zu events before the failing one; they are "
                      "applied by the next run", fail_at);
@@ -408,14 +470,14 @@ bool consume_batch_process(struct consumer *c, bool bounded)
             pg_watchdog_arm(c->watchdog, c->pg, left);
         }
         size_t fail_at = 0;
-        enum apply_rc rc = apply_batch(c, c->nbatch, &fail_at);
+        enum apply_rc rc = apply_batch(c, c->nbatch, &fail_at, !bounded);
         if (rc == APPLY_HALT)
             halt_at(c, fail_at); /* still under the deadline when bounded */
         if (bounded && pg_watchdog_disarm(c->watchdog)) {
             /* The connection was cut: its transaction is rolled back, unless
              * the cut came after COMMIT returned (rc says so). */
             if (rc == APPLY_OK) {
-                commit_offsets(c, c->nbatch, true);
+                commit_offsets(c, c->nbatch, NULL, true);
                 consume_batch_drop(c, 0);
             } else if (rc != APPLY_HALT) {
                 log_warn("gave up on the batch in progress (%zu messages) after %.1f s "
@@ -430,7 +492,7 @@ bool consume_batch_process(struct consumer *c, bool bounded)
         }
         switch (rc) {
         case APPLY_OK:
-            commit_offsets(c, c->nbatch, bounded);
+            commit_offsets(c, c->nbatch, NULL, bounded);
             consume_batch_drop(c, 0);
             return true;
         case APPLY_CONN:

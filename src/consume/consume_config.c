@@ -46,6 +46,12 @@ static const struct option_def options[] = {
               "an event whose apply fails with a data error: record it in failed_events and "
               "go on, or stop", on_error_words),
     OPT("batch", OPT_LONG, batch, "100", "N", "at most N messages per transaction"),
+    OPT("apply-workers", OPT_LONG, apply_workers, CONSUMER_APPLY_WORKERS_DEFAULT_STR, "N",
+        "PostgreSQL connections a batch is applied over, split by key (a key always on "
+        "the same one)"),
+    OPT("apply-key", OPT_STR, apply_key, NULL, "FIELD",
+        "with --apply-workers: the payload's top-level JSON member FIELD instead of the "
+        "Kafka key chooses the connection (every event of an aggregate must carry the same)"),
     OPT("batch-ms", OPT_LONG, batch_ms, "100", "MS",
         "how long a batch waits to fill after its first message"),
     OPT("reconnect-max", OPT_SECONDS, reconnect_max, "30", "SECONDS",
@@ -225,6 +231,15 @@ static int validate(struct consume_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "--batch must be between 1 and 100000, got %ld", cfg->batch);
         return -1;
     }
+    if (cfg->apply_workers < 1 || cfg->apply_workers > CONSUMER_APPLY_WORKERS_MAX) {
+        snprintf(err, errlen, "--apply-workers must be between 1 and %d, got %ld",
+                 CONSUMER_APPLY_WORKERS_MAX, cfg->apply_workers);
+        return CONFIG_ERROR;
+    }
+    if (cfg->apply_key != NULL && cfg->apply_key[0] == '\0') {
+        snprintf(err, errlen, "--apply-key needs a member name");
+        return CONFIG_ERROR;
+    }
     if (cfg->batch_ms < 0 || cfg->batch_ms > 600000) {
         snprintf(err, errlen, "--batch-ms must be between 0 and 600000, got %ld", cfg->batch_ms);
         return -1;
@@ -297,6 +312,8 @@ void consume_config_to_options(const struct consume_config *cfg, struct consumer
     o->on_error = cfg->on_error;
     o->batch = (int) cfg->batch;
     o->batch_ms = (int) cfg->batch_ms;
+    o->apply_workers = (int) cfg->apply_workers;
+    o->apply_key = cfg->apply_key;
     o->reconnect_max = cfg->reconnect_max;
     o->revoke_timeout = cfg->revoke_timeout;
     o->kafka = cfg->kafka_view;

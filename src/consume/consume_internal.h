@@ -18,6 +18,8 @@
  *                    processed_events.event_id, on_connect, loss, one
  *                    statement, how a failure is classified
  *   consume_ids.c    which event ids that column can hold (pure)
+ *   consume_plan.c   key → apply worker, and the offset of each partition
+ *                    that may be committed (pure; consume_plan.h)
  *
  * Dependencies, one way: consumer.c → consume_batch.c → consume_pipe.c
  * (first, when o.apply_stmt is set) → consume_msg.c → consume_pg.c →
@@ -53,6 +55,17 @@ struct consume_idcol {
     char fix[320]; /* the ALTER TABLE that makes it text */
 };
 
+/* One extra PostgreSQL connection of the parallel apply (o.apply_workers >
+ * 1; worker 0 is the consumer's own c->pg). Owned by the consumer (its
+ * workers array); opened and closed by consume_pg.c only, used by
+ * consume_pipe.c for one part of a batch at a time. */
+struct consume_worker {
+    PGconn *pg;          /* NULL while closed */
+    bool prepared;       /* consume_pipe.c's statements prepared on pg */
+    double next_connect; /* monotonic s: the next attempt while closed */
+    double backoff;      /* s, the next reconnect pause */
+};
+
 struct consumer {
     struct consumer_options o;
     volatile sig_atomic_t *stop;
@@ -61,6 +74,11 @@ struct consumer {
     struct pg_watchdog *watchdog; /* bounds the batch of a revoke or a stop */
     bool pg_ready;         /* connected and on_connect succeeded */
     bool pipe_prepared;    /* consume_pipe.c's statements prepared on pg */
+    int nworkers;          /* apply workers, c->pg included (o.apply_workers, >= 1) */
+    struct consume_worker *workers; /* nworkers - 1 extra connections, owned */
+    uint64_t applied_ahead; /* events of the batch in progress committed by a part
+                             * of the parallel apply before the batch was applied
+                             * again on c->pg (which counted them as duplicates) */
     struct consume_idcol idcol; /* processed_events.event_id, read at each connect */
     bool setup_error;      /* fatal because the database can never work (CONSUMER_SETUP) */
     bool paused;           /* assigned partitions paused while PostgreSQL is away */
@@ -133,6 +151,21 @@ void consume_pg_lost(struct consumer *c);
 /* Whether a failure is a lost connection, a transient conflict or a data
  * error (SQLSTATE and the connection's status). */
 enum failure_class consume_classify(const struct consumer *c, const struct consumer_failure *why);
+
+/* The same judged on connection pg (an apply worker's). */
+enum failure_class consume_classify_on(const PGconn *pg, const struct consumer_failure *why);
+
+/* Opens the apply workers' connections that are closed and due (each with
+ * on_connect, like c->pg). Returns true when all c->nworkers - 1 are open.
+ * A failure is logged and retried later with backoff; never fatal (the
+ * batch is then applied on c->pg alone). */
+bool consume_workers_ready(struct consumer *c);
+
+/* Worker w's (1 .. nworkers-1) connection is gone: close it, retry later. */
+void consume_worker_lost(struct consumer *c, unsigned w);
+
+/* Closes every worker connection (the consumer is being freed). */
+void consume_workers_close(struct consumer *c);
 
 /* Runs one statement; 0 when it succeeded (the affected row count in
  * *ntuples if asked), -1 with why filled. */
@@ -213,6 +246,17 @@ void consume_forget_pending(struct consumer *c, const rd_kafka_topic_partition_l
  * the transaction is rolled back; APPLY_CONN, APPLY_RETRY, APPLY_FATAL as
  * for the message-by-message path. Never APPLY_HALT. */
 enum apply_rc consume_pipe_apply(struct consumer *c, size_t n);
+
+/* Applies the first n messages of the batch split by key over
+ * c->nworkers connections (consume_plan.h), each part one pipelined
+ * transaction as consume_pipe_apply's, all parts in the server at once.
+ * Every worker connection must be open (consume_workers_ready). APPLY_OK:
+ * every part committed (stats counted). Otherwise applied[0..n) says which
+ * messages are committed (their count added to c->applied_ahead) and the
+ * caller applies the batch again on c->pg: APPLY_SLOW (a part failed or
+ * cannot be pipelined; a worker whose connection was lost is closed),
+ * APPLY_CONN (c->pg itself was lost), APPLY_FATAL (out of memory). */
+enum apply_rc consume_pipe_apply_parallel(struct consumer *c, size_t n, bool *applied);
 
 /* The event ids of v[0..n) as a PostgreSQL text[] literal, every element
  * quoted, '"' and '\\' escaped: {"a","b\\"c"}. malloc'd (the caller

@@ -28,8 +28,13 @@ int consumer_failure_from_result(struct consumer_failure *why, const PGresult *r
 
 enum failure_class consume_classify(const struct consumer *c, const struct consumer_failure *why)
 {
+    return consume_classify_on(c->pg, why);
+}
+
+enum failure_class consume_classify_on(const PGconn *pg, const struct consumer_failure *why)
+{
     const char *s = why->sqlstate;
-    if (c->pg == NULL || PQstatus(c->pg) != CONNECTION_OK)
+    if (pg == NULL || PQstatus(pg) != CONNECTION_OK)
         return FAIL_CONN;
     if (strncmp(s, "08", 2) == 0 || strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 ||
         strcmp(s, "57P03") == 0)
@@ -153,6 +158,21 @@ done:
     return rc;
 }
 
+/* A new connection with our defaults under the user's DSN (NULL when out
+ * of memory; check PQstatus). */
+static PGconn *open_conn(const struct consumer *c)
+{
+    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout", "dbname",
+                          "fallback_application_name", NULL};
+    const char *vals[] = {"5", "10", "5", "3", PGCONN_TCP_USER_TIMEOUT_MS, c->o.dsn,
+                          "outbox-consume", NULL};
+    PGconn *pg = PQconnectdbParams(keys, vals, 1);
+    if (pg != NULL)
+        PQsetNoticeProcessor(pg, on_notice, NULL);
+    return pg;
+}
+
 /* Connects when due. Returns 0 (connected or not yet due / failed: check
  * c->pg_ready), or -1 when on_connect failed for good (c->fatal set). */
 int consume_pg_connect(struct consumer *c)
@@ -163,14 +183,7 @@ int consume_pg_connect(struct consumer *c)
      * them. Nobody polls Kafka while this blocks, so a server that accepts
      * and never answers must not hold it (and a rebalance) for long; the
      * keepalives find a connection whose peer vanished silently. */
-    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
-                          "keepalives_count", "tcp_user_timeout", "dbname",
-                          "fallback_application_name", NULL};
-    const char *vals[] = {"5", "10", "5", "3", PGCONN_TCP_USER_TIMEOUT_MS, c->o.dsn,
-                          "outbox-consume", NULL};
-    c->pg = PQconnectdbParams(keys, vals, 1);
-    if (c->pg != NULL)
-        PQsetNoticeProcessor(c->pg, on_notice, NULL);
+    c->pg = open_conn(c);
     struct consumer_failure why = {{0}, {0}};
     if (c->pg == NULL || PQstatus(c->pg) != CONNECTION_OK) {
         pgconn_error(c->pg, why.message, sizeof why.message);
@@ -210,4 +223,66 @@ retry:
     c->next_connect = mono_now() + jitter(c->backoff);
     c->backoff = c->backoff * 2 > c->o.reconnect_max ? c->o.reconnect_max : c->backoff * 2;
     return 0;
+}
+
+/* ---- the apply workers' connections (consume_pipe.c's parallel form) ---- */
+
+void consume_worker_lost(struct consumer *c, unsigned w)
+{
+    struct consume_worker *k = &c->workers[w - 1];
+    if (k->pg != NULL)
+        PQfinish(k->pg);
+    k->pg = NULL;
+    k->prepared = false;
+    c->stats.reconnects++;
+    k->next_connect = mono_now() + jitter(k->backoff);
+    k->backoff = k->backoff * 2 > c->o.reconnect_max ? c->o.reconnect_max : k->backoff * 2;
+}
+
+void consume_workers_close(struct consumer *c)
+{
+    for (int w = 1; c->workers != NULL && w < c->nworkers; w++) {
+        if (c->workers[w - 1].pg != NULL)
+            PQfinish(c->workers[w - 1].pg);
+        c->workers[w - 1].pg = NULL;
+        c->workers[w - 1].prepared = false;
+    }
+}
+
+bool consume_workers_ready(struct consumer *c)
+{
+    bool all = true;
+    double now = mono_now();
+    for (int w = 1; w < c->nworkers; w++) {
+        struct consume_worker *k = &c->workers[w - 1];
+        if (k->pg != NULL)
+            continue;
+        if (now < k->next_connect) {
+            all = false;
+            continue;
+        }
+        struct consumer_failure why = {{0}, {0}};
+        k->pg = open_conn(c);
+        if (k->pg == NULL || PQstatus(k->pg) != CONNECTION_OK) {
+            pgconn_error(k->pg, why.message, sizeof why.message);
+            log_warn("apply worker %d: cannot connect to PostgreSQL: %s; batches use the main "
+                     "connection meanwhile", w, why.message);
+        } else if (c->o.on_connect != NULL && c->o.on_connect(c->o.arg, k->pg, &why) != CONSUMER_OK) {
+            log_warn("apply worker %d: preparing failed: %s (SQLSTATE %s); batches use the main "
+                     "connection meanwhile", w, why.message, why.sqlstate);
+        } else {
+            k->backoff = 0.5;
+            log_info("apply worker %d connected to PostgreSQL (backend pid %d)", w,
+                     PQbackendPID(k->pg));
+            continue;
+        }
+        /* not counted as a reconnect: consume_worker_lost counts losses */
+        if (k->pg != NULL)
+            PQfinish(k->pg);
+        k->pg = NULL;
+        k->next_connect = now + jitter(k->backoff);
+        k->backoff = k->backoff * 2 > c->o.reconnect_max ? c->o.reconnect_max : k->backoff * 2;
+        all = false;
+    }
+    return all;
 }

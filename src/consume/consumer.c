@@ -170,6 +170,11 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
         c->o.reconnect_max = 30;
     if (c->o.revoke_timeout <= 0)
         c->o.revoke_timeout = 5;
+    if (c->o.apply_workers <= 0)
+        c->o.apply_workers = CONSUMER_APPLY_WORKERS_DEFAULT;
+    if (c->o.apply_workers > CONSUMER_APPLY_WORKERS_MAX)
+        c->o.apply_workers = CONSUMER_APPLY_WORKERS_MAX;
+    c->nworkers = c->o.apply_stmt != NULL ? c->o.apply_workers : 1;
     c->backoff = 0.5;
     if (o->handler == NULL || o->group == NULL || *o->group == '\0' || o->ntopics == 0 ||
         o->dsn == NULL || o->consumer_name == NULL || *o->consumer_name == '\0') {
@@ -180,7 +185,12 @@ struct consumer *consumer_new(const struct consumer_options *o, char *err, size_
     c->batch_cap = (size_t) c->o.batch;
     c->batch = calloc(c->batch_cap, sizeof *c->batch);
     c->watchdog = pg_watchdog_new(NULL);
-    if (c->batch == NULL || c->watchdog == NULL) {
+    if (c->nworkers > 1) {
+        c->workers = calloc((size_t) c->nworkers - 1, sizeof *c->workers);
+        for (int w = 0; c->workers != NULL && w < c->nworkers - 1; w++)
+            c->workers[w].backoff = 0.5;
+    }
+    if (c->batch == NULL || c->watchdog == NULL || (c->nworkers > 1 && c->workers == NULL)) {
         snprintf(err, errlen, "out of memory (or no thread) for the consumer");
         goto fail;
     }
@@ -227,6 +237,7 @@ fail:
         rd_kafka_conf_destroy(conf);
     if (c != NULL) {
         pg_watchdog_free(c->watchdog);
+        free(c->workers);
         free(c->batch);
         free(c);
     }
@@ -294,8 +305,10 @@ int consumer_run(struct consumer *c, volatile sig_atomic_t *stop)
     if (!c->fatal && !*stop && subscribe(c) < 0)
         c->fatal = true;
     if (!c->fatal && !*stop)
-        log_info("consuming %zu topic(s) as group %s, consumer %s (batch %d, %d ms, on-error %s)",
+        log_info("consuming %zu topic(s) as group %s, consumer %s (batch %d, %d ms, "
+                 "%d apply worker(s), on-error %s)",
                  c->o.ntopics, c->o.group, c->o.consumer_name, c->o.batch, c->o.batch_ms,
+                 c->nworkers,
                  c->o.on_error == CONSUMER_ON_ERROR_HALT ? "halt" : "failed");
 
     while (!*stop && !c->halted && !c->fatal) {
@@ -375,6 +388,8 @@ void consumer_free(struct consumer *c)
         rd_kafka_destroy(c->rk);
     }
     consume_pg_close(c);
+    consume_workers_close(c);
+    free(c->workers);
     pg_watchdog_free(c->watchdog);
     if (c->pending != NULL)
         rd_kafka_topic_partition_list_destroy(c->pending);

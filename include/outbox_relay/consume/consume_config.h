@@ -32,6 +32,8 @@ struct consume_config {
     enum consumer_on_error on_error;
     long batch;          /* messages per transaction, at most */
     long batch_ms;       /* ms a batch waits to fill after its first message */
+    long apply_workers;  /* PostgreSQL connections a batch is split over, by key */
+    char *apply_key;     /* the payload member that is the key of that split (NULL: Kafka key) */
     double reconnect_max; /* seconds: cap of the PostgreSQL reconnect backoff */
     double revoke_timeout; /* seconds a revoke or stop waits for the batch in progress */
     enum log_level log_level;

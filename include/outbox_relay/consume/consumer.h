@@ -10,7 +10,9 @@
  * message is a duplicate and is skipped, otherwise the handler runs inside a
  * SAVEPOINT. (With o.apply_stmt the same transaction is pipelined: one
  * INSERT for the batch's event ids, the statement per new event, no
- * savepoints; see apply_stmt below.) After COMMIT, and only then, the
+ * savepoints; see apply_stmt below. With apply_workers > 1 the batch is
+ * split by key into one such transaction per connection; see
+ * apply_workers.) After COMMIT, and only then, the
  * batch's Kafka offsets are committed (asynchronously; synchronously at a
  * revoke or a stop; an offset commit refused or not confirmed is retried
  * every second and with the next batch while the partition stays ours). A
@@ -153,6 +155,12 @@ struct consumer_kv {
     const char *value;
 };
 
+/* Apply workers (consumer_options.apply_workers): the default, chosen by
+ * measurement (docs/benchmarks.md, "Consumer throughput"), and the most. */
+#define CONSUMER_APPLY_WORKERS_DEFAULT 1
+#define CONSUMER_APPLY_WORKERS_DEFAULT_STR "1"
+#define CONSUMER_APPLY_WORKERS_MAX 64
+
 struct consumer_options {
     const char *brokers;            /* bootstrap.servers (or set it in kafka[]) */
     const char *group;              /* group.id, required */
@@ -182,6 +190,29 @@ struct consumer_options {
      * event is treated the same either way. outbox-consume sets it to its
      * prepared --apply statement. */
     const char *apply_stmt;
+    /* PostgreSQL connections a batch is applied over (0: the default,
+     * CONSUMER_APPLY_WORKERS_DEFAULT), with apply_stmt only (the handler
+     * path uses one). The batch is split by key (FNV-1a of the Kafka key;
+     * a keyless message by its partition), each part one pipelined
+     * transaction on its own connection, all parts at once; the next batch
+     * starts when every part is concluded, so a key's events are applied
+     * in their order. A part that does not commit (a data error, a lost
+     * worker connection, a transient conflict) sends the batch to the main
+     * connection, where the parts that did commit are skipped as already
+     * processed and the rest is applied as with one connection. Offsets
+     * are committed only below the lowest unapplied event of each
+     * partition. A batch finished at a revoke or a stop uses the main
+     * connection only (the watchdog guards that one). */
+    int apply_workers;
+    /* Optional, with apply_workers > 1: the name of a top-level member of
+     * the JSON payload whose value (as written, a string's escapes kept)
+     * is hashed instead of the Kafka key; a message whose payload is not
+     * a JSON object with that member goes by its Kafka key. For workloads
+     * whose rows are not the aggregate's (the loyalty example: the key is
+     * the order, the row the customer): parts then update different rows.
+     * Every event of one aggregate must carry the same value, or its order
+     * is no longer kept. */
+    const char *apply_key;
     void *arg;                      /* passed to handler and on_connect */
 };
 

@@ -43,6 +43,7 @@ static void test_defaults(void)
     CHECK_EQ_INT(c.on_error, CONSUMER_ON_ERROR_HALT);
     CHECK_EQ_INT(c.batch, 100);
     CHECK_EQ_INT(c.batch_ms, 100);
+    CHECK_EQ_INT(c.apply_workers, CONSUMER_APPLY_WORKERS_DEFAULT);
     CHECK(c.reconnect_max == 30.0);
     CHECK(c.revoke_timeout == 5.0);
     CHECK_EQ_INT(c.log_level, LOG_LEVEL_INFO);
@@ -55,6 +56,8 @@ static void test_defaults(void)
     CHECK_EQ_INT(o.ntopics, 1);
     CHECK(strcmp(o.topics[0], "order") == 0);
     CHECK_EQ_INT(o.batch, 100);
+    CHECK_EQ_INT(o.apply_workers, CONSUMER_APPLY_WORKERS_DEFAULT);
+    CHECK(o.apply_key == NULL);
     CHECK(o.revoke_timeout == 5.0);
     consume_config_free(&c);
 }
@@ -65,12 +68,14 @@ static void test_precedence_and_kafka(void)
     char err[CONSUMER_ERRLEN];
     char *env[] = {"OUTBOX_CONSUME_BATCH=7", "OUTBOX_CONSUME_BATCH_MS=250",
                    "OUTBOX_CONSUME_ON_ERROR=failed", "OUTBOX_CONSUME_KAFKA_SESSION_TIMEOUT_MS=6000",
-                   "OUTBOX_CONSUME_UNRELATED=x", "OUTBOX_RELAY_BATCH=9", NULL};
+                   "OUTBOX_CONSUME_UNRELATED=x", "OUTBOX_RELAY_BATCH=9",
+                   "OUTBOX_CONSUME_APPLY_WORKERS=3", NULL};
     CHECK_EQ_INT(load(&c, env, err, 19, REQUIRED, "--batch", "9", "-X", "fetch.wait.max.ms=50",
                       "-Xclient.id=me", "--log-level=debug"),
                  CONFIG_OK);
     CHECK_EQ_INT(c.batch, 9);        /* command line beats environment */
     CHECK_EQ_INT(c.batch_ms, 250);   /* environment beats default */
+    CHECK_EQ_INT(c.apply_workers, 3);
     CHECK_EQ_INT(c.on_error, CONSUMER_ON_ERROR_FAILED);
     CHECK_EQ_INT(c.log_level, LOG_LEVEL_DEBUG);
     CHECK_EQ_INT(c.nkafka, 3);
@@ -158,6 +163,11 @@ static void test_errors(void)
     expect_error("--batch must be between", 15, REQUIRED, "--batch", "0");
     expect_error("--batch expects a whole number", 15, REQUIRED, "--batch", "ten");
     expect_error("--batch-ms must be between", 15, REQUIRED, "--batch-ms", "-1");
+    expect_error("--apply-workers must be between 1 and 64, got 0", 15, REQUIRED,
+                 "--apply-workers", "0");
+    expect_error("--apply-workers must be between 1 and 64, got 65", 15, REQUIRED,
+                 "--apply-workers", "65");
+    expect_error("--apply-key needs a member name", 15, REQUIRED, "--apply-key", "");
     expect_error("--revoke-timeout must be between", 15, REQUIRED, "--revoke-timeout", "0");
     expect_error("--revoke-timeout must be between", 15, REQUIRED, "--revoke-timeout", "7200");
     expect_error("unknown option --bacth", 15, REQUIRED, "--bacth", "5");
