@@ -26,7 +26,7 @@ static bool plain(const char *s)
 int progress_record_format(const struct progress_record *rec, char *buf, size_t cap)
 {
     if (!plain(rec->slot) || !plain(rec->database) || !plain(rec->transactional_id) ||
-        rec->slot[0] == '\0')
+        !plain(rec->system_id) || rec->slot[0] == '\0')
         return -1;
     char at[40] = "";
     if (rec->committed_at_ms > 0) {
@@ -38,11 +38,12 @@ int progress_record_format(const struct progress_record *rec, char *buf, size_t 
         snprintf(at + n, sizeof at - n, ".%03dZ", (int) (rec->committed_at_ms % 1000));
     }
     int n = snprintf(buf, cap,
-                     "{\"format\":\"" PROGRESS_RECORD_FORMAT "\",\"version\":%d,\"slot\":\"%s\","
+                     "{\"format\":\"" PROGRESS_RECORD_FORMAT "\",\"version\":%d,"
+                     "\"system_identifier\":\"%s\",\"slot\":\"%s\","
                      "\"database\":\"%s\",\"lsn\":\"" LSN_FMT "\",\"transactional_id\":\"%s\","
                      "\"committed_at\":\"%s\"}",
-                     PROGRESS_RECORD_VERSION, rec->slot, rec->database, LSN_ARGS(rec->lsn),
-                     rec->transactional_id, at);
+                     PROGRESS_RECORD_VERSION, rec->system_id, rec->slot, rec->database,
+                     LSN_ARGS(rec->lsn), rec->transactional_id, at);
     return n < 0 || (size_t) n >= cap ? -1 : n;
 }
 
@@ -156,6 +157,14 @@ int progress_record_parse(const char *buf, size_t len, struct progress_record *r
                 return vlen == 0 ? (snprintf(err, errlen, "progress record: empty slot"), -1)
                                  : -1;
             slot = true;
+        } else if (is_key(k, klen, "system_identifier")) {
+            if (!quoted || vlen >= PROGRESS_SYSID_MAX) {
+                snprintf(err, errlen, "progress record: system_identifier \"%.*s\" is not one",
+                         (int) vlen, v);
+                return -1;
+            }
+            memcpy(rec->system_id, v, vlen);
+            rec->system_id[vlen] = '\0';
         } else if (is_key(k, klen, "database")) {
             if (!quoted || copy_name(rec->database, v, vlen, "database", err, errlen) < 0)
                 return -1;
@@ -199,6 +208,42 @@ malformed:
     snprintf(err, errlen, "progress record is not a flat JSON object of plain strings and "
              "numbers (at byte %zu of %zu)", (size_t) (c.p - buf), len);
     return -1;
+}
+
+int progress_record_key(const char *system_id, const char *slot, char *buf, size_t cap)
+{
+    int n = system_id != NULL && *system_id != '\0' ? snprintf(buf, cap, "%s.%s", system_id, slot)
+                                                   : snprintf(buf, cap, "%s", slot);
+    return n < 0 || (size_t) n >= cap ? -1 : n;
+}
+
+enum progress_owner progress_record_owner(const struct progress_record *rec,
+                                          const char *system_id, const char *txn_id)
+{
+    if (rec->system_id[0] != '\0')
+        return system_id != NULL && strcmp(rec->system_id, system_id) == 0 ? PROGRESS_OURS
+                                                                           : PROGRESS_FOREIGN;
+    /* Written before the field: its transactional.id may say. */
+    if (txn_id != NULL && *txn_id != '\0' && strcmp(rec->transactional_id, txn_id) == 0)
+        return PROGRESS_OURS;
+    const char *t = rec->transactional_id;
+    const char *prefix = "outbox-relay.";
+    size_t plen = strlen(prefix), slen = strlen(rec->slot);
+    if (strncmp(t, prefix, plen) != 0)
+        return PROGRESS_UNKNOWN;
+    const char *id = t + plen, *dot = strchr(id, '.');
+    size_t idlen = dot ? (size_t) (dot - id) : 0;
+    bool digits = idlen > 0;
+    for (size_t i = 0; i < idlen; i++)
+        digits = digits && isdigit((unsigned char) id[i]);
+    /* "outbox-relay.<digits>.<slot>": a system identifier, another one than
+     * ours (ours would have matched txn_id unless -X transactional.id). */
+    if (digits && strcmp(dot + 1, rec->slot) == 0 && slen > 0) {
+        if (system_id != NULL && strlen(system_id) == idlen && memcmp(id, system_id, idlen) == 0)
+            return PROGRESS_OURS;
+        return PROGRESS_FOREIGN;
+    }
+    return PROGRESS_UNKNOWN;
 }
 
 bool progress_skip(lsn_t progress, lsn_t commit_end)

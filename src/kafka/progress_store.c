@@ -200,17 +200,83 @@ int progress_topic_ensure(struct sink *sk, const char *topic, int timeout_ms, ch
     return n;
 }
 
-int progress_read(const struct progress_reader_options *opts, const char *topic,
-                  int32_t partition, const char *slot, const char *database, int timeout_ms,
+/* What the reader saw of records that are not ours. */
+struct passed_over {
+    size_t foreign;
+    char foreign_id[PROGRESS_NAME_MAX];
+    bool unknown;
+    struct progress_record unknown_rec;
+};
+
+/* One record of the slot's keys: into *rec when ours and highest. Returns
+ * 1 taken or passed over, -1 refused (err set). */
+static int take(const rd_kafka_message_t *m, const char *topic,
+                const struct progress_owner_id *who, struct progress_record *rec, bool *found,
+                struct passed_over *po, char *err, size_t errlen)
+{
+    struct progress_record r;
+    char perr[256];
+    if (progress_record_parse(m->payload, m->len, &r, perr, sizeof perr) < 0) {
+        snprintf(err, errlen, "progress topic %s [%d] offset %lld, key %.*s: %s", topic,
+                 (int) m->partition, (long long) m->offset, (int) m->key_len,
+                 (const char *) m->key, perr);
+        return -1;
+    }
+    if (strcmp(r.slot, who->slot) != 0)
+        return 1; /* under our key, yet of another slot: not ours to read */
+    switch (progress_record_owner(&r, who->system_id, who->txn_id)) {
+    case PROGRESS_FOREIGN:
+        po->foreign++;
+        snprintf(po->foreign_id, sizeof po->foreign_id, "%s",
+                 r.system_id[0] ? r.system_id : r.transactional_id);
+        return 1;
+    case PROGRESS_UNKNOWN:
+        if (!po->unknown || r.lsn > po->unknown_rec.lsn)
+            po->unknown_rec = r;
+        po->unknown = true;
+        return 1;
+    case PROGRESS_OURS:
+    default:
+        break;
+    }
+    if (who->database && *who->database && r.database[0] &&
+        strcmp(r.database, who->database) != 0) {
+        snprintf(err, errlen, "progress topic %s: the record of slot %s is of database "
+                 "\"%s\", not \"%s\": two sources use the same slot name with one "
+                 "progress topic; give one of them another --slot or --progress-topic",
+                 topic, who->slot, r.database, who->database);
+        return -1;
+    }
+    if (!*found || r.lsn > rec->lsn)
+        *rec = r;
+    *found = true;
+    return 1;
+}
+
+int progress_read(const struct progress_reader_options *opts, const char *topic, int32_t nparts,
+                  const struct progress_owner_id *who, int timeout_ms,
                   struct progress_record *rec, char *err, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_t *rk = NULL;
     rd_kafka_topic_partition_list_t *parts = NULL;
     int rc = -2;
+    char key[PROGRESS_SYSID_MAX + PROGRESS_NAME_MAX];
+    const char *slot = who->slot;
     size_t slot_len = strlen(slot);
     bool found = false;
+    struct passed_over po = {0};
     char e[512];
+    if (progress_record_key(who->system_id, slot, key, sizeof key) < 0) {
+        snprintf(err, errlen, "progress topic %s: slot name %s too long for a key", topic, slot);
+        return -1;
+    }
+    size_t key_len = strlen(key);
+    /* The partition of the key, and of the slot's name alone (the key of
+     * records written before the system identifier was added). */
+    int32_t part[2] = {progress_partition(key, key_len, nparts),
+                       progress_partition(slot, slot_len, nparts)};
+    int nassigned = part[1] != part[0] ? 2 : 1;
     if ((opts->brokers && *opts->brokers &&
          kafka_conf_set(conf, "bootstrap.servers", opts->brokers, err, errlen) < 0) ||
         kafka_conf_set(conf, "client.id", "outbox-relay-progress", err, errlen) < 0 ||
@@ -242,31 +308,37 @@ int progress_read(const struct progress_reader_options *opts, const char *topic,
         goto done;
     }
     conf = NULL;
-    parts = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(parts, topic, partition)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    parts = rd_kafka_topic_partition_list_new(2);
+    for (int i = 0; i < nassigned; i++)
+        rd_kafka_topic_partition_list_add(parts, topic, part[i])->offset =
+            RD_KAFKA_OFFSET_BEGINNING;
     rd_kafka_resp_err_t ae = rd_kafka_assign(rk, parts);
     if (ae != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        snprintf(err, errlen, "progress topic %s [%d]: cannot assign: %s", topic, (int) partition,
+        snprintf(err, errlen, "progress topic %s [%d]: cannot assign: %s", topic, (int) part[0],
                  rd_kafka_err2str(ae));
         goto done;
     }
     double end = mono_now() + timeout_ms / 1000.0;
     size_t records = 0;
-    for (;;) {
+    bool at_end[2] = {false, false};
+    while (!at_end[0] || (nassigned == 2 && !at_end[1])) {
         if (mono_now() >= end) {
             snprintf(err, errlen, "progress topic %s [%d]: not read to its end within %d ms (%zu "
-                     "records read)", topic, (int) partition, timeout_ms, records);
+                     "records read)", topic, (int) part[0], timeout_ms, records);
             goto done;
         }
+        if (opts->tick)
+            opts->tick(opts->tick_ctx);
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
         if (m == NULL)
             continue;
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            at_end[m->partition == part[0] ? 0 : 1] = true;
             rd_kafka_message_destroy(m);
-            break;
+            continue;
         }
         if (m->err) {
-            snprintf(err, errlen, "progress topic %s [%d]: %s", topic, (int) partition,
+            snprintf(err, errlen, "progress topic %s [%d]: %s", topic, (int) m->partition,
                      rd_kafka_message_errstr(m));
             rd_kafka_resp_err_t me = m->err;
             rd_kafka_message_destroy(m);
@@ -278,30 +350,34 @@ int progress_read(const struct progress_reader_options *opts, const char *topic,
             continue; /* transient: librdkafka goes on fetching */
         }
         records++;
-        if (m->key_len == slot_len && memcmp(m->key, slot, slot_len) == 0 && m->len > 0) {
-            struct progress_record r;
-            char perr[256];
-            if (progress_record_parse(m->payload, m->len, &r, perr, sizeof perr) < 0) {
-                snprintf(err, errlen, "progress topic %s [%d] offset %lld, key %s: %s", topic,
-                         (int) partition, (long long) m->offset, slot, perr);
-                rd_kafka_message_destroy(m);
-                rc = -1;
-                goto done;
-            }
-            if (database && *database && r.database[0] && strcmp(r.database, database) != 0) {
-                snprintf(err, errlen, "progress topic %s: the record of slot %s is of database "
-                         "\"%s\", not \"%s\": two sources use the same slot name with one "
-                         "progress topic; give one of them another --slot or --progress-topic",
-                         topic, slot, r.database, database);
-                rd_kafka_message_destroy(m);
-                rc = -1;
-                goto done;
-            }
-            if (!found || r.lsn > rec->lsn)
-                *rec = r;
-            found = true;
-        }
+        bool legacy_key = m->key_len == slot_len && memcmp(m->key, slot, slot_len) == 0;
+        bool ours_key = legacy_key || (m->key_len == key_len && memcmp(m->key, key, key_len) == 0);
+        if (legacy_key && m->len == 0)
+            po.unknown = false; /* a tombstone: the old record deleted (the way out below) */
+        int t = ours_key && m->len > 0 ? take(m, topic, who, rec, &found, &po, err, errlen) : 1;
         rd_kafka_message_destroy(m);
+        if (t < 0) {
+            rc = -1;
+            goto done;
+        }
+    }
+    if (po.foreign > 0)
+        log_info("progress topic %s: %zu record(s) of slot %s from another PostgreSQL cluster "
+                 "(%s) passed over; this one's system identifier is %s", topic, po.foreign,
+                 slot, po.foreign_id, who->system_id ? who->system_id : "unknown");
+    if (!found && po.unknown) {
+        snprintf(err, errlen, "progress topic %s: the progress record of slot %s (lsn " LSN_FMT
+                 ", transactional.id %s) was written by an older outbox-relay, without the "
+                 "PostgreSQL system identifier, so it cannot be told apart from another "
+                 "cluster's slot of the same name, and taking another cluster's progress would "
+                 "skip events. If it is this cluster's (system identifier %s): delete it (an "
+                 "empty value, a tombstone, with key %s), and the relayer starts from the "
+                 "slot's confirmed position, sending again what Kafka may already hold after "
+                 "it; or name another --progress-topic", topic, slot,
+                 LSN_ARGS(po.unknown_rec.lsn), po.unknown_rec.transactional_id,
+                 who->system_id ? who->system_id : "unknown", slot);
+        rc = -1;
+        goto done;
     }
     rc = found ? 1 : 0;
 done:

@@ -29,9 +29,11 @@
  */
 #include "relay_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/core/metrics.h"
@@ -130,6 +132,55 @@ static void say_waiting(struct relay *r, const char *what, double t0, double *sa
              sink_errstr(r->sink), LSN_ARGS(tracker_confirmed(r->tracker)));
 }
 
+/* Test hooks, from the environment, for the integration tests only
+ * (docs/testing.md): OUTBOX_RELAY_TEST_EOS="delay-commit=MS" sleeps MS
+ * before each Kafka commit, the loop blocked as by a slow coordinator;
+ * "pause-after-commit=MS" sleeps MS after each commit succeeded and
+ * before its events are acknowledged to the tracker (so before the slot
+ * is confirmed), after a warning the test waits for: a SIGKILL then lands
+ * exactly between the two. Both may be given, comma-separated. */
+static void test_hooks_read(struct relay *r)
+{
+    const char *env = getenv("OUTBOX_RELAY_TEST_EOS");
+    r->eos.test_read = true;
+    for (const char *p = env; p != NULL && *p;) {
+        long v;
+        if (sscanf(p, "delay-commit=%ld", &v) == 1)
+            r->eos.test_delay_ms = v;
+        else if (sscanf(p, "pause-after-commit=%ld", &v) == 1)
+            r->eos.test_pause_ms = v;
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    if (r->eos.test_delay_ms > 0 || r->eos.test_pause_ms > 0)
+        log_warn("slot=%s: test hooks on (OUTBOX_RELAY_TEST_EOS=%s): never in production",
+                 r->cfg->slot, env);
+}
+
+static void test_sleep(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static void test_delay_commit(struct relay *r)
+{
+    if (!r->eos.test_read)
+        test_hooks_read(r);
+    if (r->eos.test_delay_ms > 0)
+        test_sleep(r->eos.test_delay_ms);
+}
+
+static void test_pause_after_commit(struct relay *r, lsn_t lsn)
+{
+    if (r->eos.test_pause_ms <= 0)
+        return;
+    log_warn("slot=%s lsn=" LSN_FMT ": test hook: Kafka committed, the slot not confirmed yet; "
+             "pausing %ld ms", r->cfg->slot, LSN_ARGS(lsn), r->eos.test_pause_ms);
+    test_sleep(r->eos.test_pause_ms);
+}
+
 /* What a verdict other than OK and RETRY means. */
 static void failed(struct relay *r, int v)
 {
@@ -158,8 +209,10 @@ int relay_eos_abort(struct relay *r, const char *why)
         return -1;
     }
     r->eos.nheld = 0;
+    r->eos.said_open = 0;
     if (why != NULL)
         rewind_after_abort(r, why);
+    relay_keep_status(r);
     return 0;
 }
 
@@ -180,6 +233,7 @@ int relay_eos_begin(struct relay *r)
     }
     r->eos.batch_events = 0;
     r->eos.batch_since = mono_now();
+    r->eos.said_open = 0;
     r->eos.nheld = 0;
     return 0;
 }
@@ -196,6 +250,8 @@ static int produce_progress(struct relay *r, lsn_t lsn)
     struct progress_record rec = {.version = PROGRESS_RECORD_VERSION, .lsn = lsn,
                                   .committed_at_ms = wall_now_us() / 1000};
     snprintf(rec.slot, sizeof rec.slot, "%s", r->cfg->slot);
+    const char *sysid = stream_system_id(r->stream);
+    snprintf(rec.system_id, sizeof rec.system_id, "%s", sysid ? sysid : "");
     const char *db = stream_database(r->stream);
     snprintf(rec.database, sizeof rec.database, "%s", db ? db : "");
     snprintf(rec.transactional_id, sizeof rec.transactional_id, "%s", r->eos.txn_id);
@@ -208,7 +264,7 @@ static int produce_progress(struct relay *r, lsn_t lsn)
     int rc = SINK_FULL;
     while (rc == SINK_FULL && !*r->stop) {
         rc = sink_produce_raw_to(r->sink, r->cfg->progress_topic, r->eos.partition,
-                                 r->cfg->slot, strlen(r->cfg->slot), value, (size_t) n, NULL, 0,
+                                 r->eos.key, strlen(r->eos.key), value, (size_t) n, NULL, 0,
                                  PROGRESS_TOKEN);
         if (rc == SINK_FULL) {
             sink_poll(r->sink, 100);
@@ -234,6 +290,7 @@ int relay_eos_commit(struct relay *r)
                  r->cfg->progress_topic, sink_errstr(r->sink));
         return relay_eos_abort(r, why);
     }
+    test_delay_commit(r);
     int v;
     double t0 = mono_now(), said = t0;
     while ((v = sink_txn_commit(r->sink, TXN_END_MS)) == KAFKA_TXN_RETRY && !*r->stop) {
@@ -254,6 +311,7 @@ int relay_eos_commit(struct relay *r)
         return -1;
     }
     /* Committed: what it held is in Kafka for good. */
+    test_pause_after_commit(r, lsn);
     for (size_t i = 0; i < r->eos.nheld; i++)
         for (uint32_t k = 0; k < r->eos.held[i].n; k++)
             tracker_ack(r->tracker, r->eos.held[i].token);
@@ -265,6 +323,14 @@ int relay_eos_commit(struct relay *r)
     if (lsn > r->eos.progress)
         r->eos.progress = lsn;
     r->eos.batch_events = 0;
+    r->eos.said_open = 0;
+    /* The slot moved: say so now. A commit blocks the loop for a broker's
+     * round trips (hundreds of ms on a loaded cluster), and the loop checks
+     * status only every READ_BATCH frames (relay_session.c): with a
+     * commit per PostgreSQL transaction those frames took longer than
+     * wal_sender_timeout, and the server closed the connection again and
+     * again (CI, test_progress_read_after_compaction). */
+    relay_keep_status(r);
     return 0;
 }
 
@@ -276,6 +342,27 @@ double relay_eos_due_in(const struct relay *r, double now)
         return 0;
     double due = r->eos.batch_since + r->cfg->transaction_max_ms / 1000.0 - now;
     return due > 0 ? due : 0;
+}
+
+void relay_eos_watch(struct relay *r, double now)
+{
+    if (!relay_eos_on(r) || !sink_txn_open(r->sink))
+        return;
+    double open = now - r->eos.batch_since;
+    if (open < r->cfg->transaction_max_ms / 1000.0 + TXN_SAY_EVERY ||
+        now - r->eos.said_open < TXN_SAY_EVERY)
+        return;
+    r->eos.said_open = now;
+    size_t inflight = sink_inflight(r->sink);
+    const char *why = inflight > 0 ? "Kafka has not acknowledged every message produced into it"
+                      : tracker_in_tx(r->tracker)
+                          ? "the PostgreSQL transaction it holds has not been read to its commit"
+                          : "its commit is not due";
+    log_warn("slot=%s: the Kafka transaction has been open for %.0f s (%zu events, %zu "
+             "deliveries in flight): %s%s%s; nothing past " LSN_FMT " is confirmed meanwhile",
+             r->cfg->slot, open, r->eos.batch_events, inflight, why,
+             inflight > 0 && *sink_errstr(r->sink) ? "; last Kafka error: " : "",
+             inflight > 0 ? sink_errstr(r->sink) : "", LSN_ARGS(tracker_confirmed(r->tracker)));
 }
 
 void relay_eos_check_fenced(struct relay *r)
@@ -308,6 +395,12 @@ int relay_eos_end(struct relay *r)
     return relay_eos_commit(r);
 }
 
+/* The progress reader's wait: status updates go on meanwhile. */
+static void keep_status_tick(void *ctx)
+{
+    relay_keep_status(ctx);
+}
+
 int relay_eos_prepare(struct relay *r, lsn_t started_at, char *err, size_t errlen)
 {
     if (r->eos.ready)
@@ -315,12 +408,22 @@ int relay_eos_prepare(struct relay *r, lsn_t started_at, char *err, size_t errle
     int n = progress_topic_ensure(r->sink, r->cfg->progress_topic, 10000, err, errlen);
     if (n <= 0)
         return n < 0 ? -1 : -2;
-    r->eos.partition = progress_partition(r->cfg->slot, strlen(r->cfg->slot), n);
+    if (progress_record_key(stream_system_id(r->stream), r->cfg->slot, r->eos.key,
+                            sizeof r->eos.key) < 0) {
+        snprintf(err, errlen, "slot=%s: the slot's name is too long for a progress record key",
+                 r->cfg->slot);
+        return -1;
+    }
+    r->eos.partition = progress_partition(r->eos.key, strlen(r->eos.key), n);
+    relay_keep_status(r);
     if (!r->eos.inited) { /* once per producer */
         int v = KAFKA_TXN_RETRY;
+        double t0 = mono_now(), said = t0;
         for (int i = 0; i < TXN_INIT_TRIES && v == KAFKA_TXN_RETRY && !*r->stop; i++) {
             v = sink_txn_init(r->sink, TXN_INIT_MS);
             relay_keep_status(r);
+            if (v == KAFKA_TXN_RETRY)
+                say_waiting(r, "init_transactions (the coordinator's producer id)", t0, &said);
         }
         if (v != KAFKA_TXN_OK) {
             snprintf(err, errlen, "slot=%s: %s", r->cfg->slot, sink_errstr(r->sink));
@@ -334,10 +437,14 @@ int relay_eos_prepare(struct relay *r, lsn_t started_at, char *err, size_t errle
         kafka[2 * i + 1] = r->cfg->kafka[i].value;
     }
     struct progress_reader_options po = {.brokers = r->cfg->brokers, .kafka = kafka,
-                                         .nkafka = r->cfg->nkafka};
+                                         .nkafka = r->cfg->nkafka, .tick = keep_status_tick,
+                                         .tick_ctx = r};
+    struct progress_owner_id who = {.slot = r->cfg->slot, .database = stream_database(r->stream),
+                                     .system_id = stream_system_id(r->stream),
+                                     .txn_id = r->eos.txn_id};
     struct progress_record rec;
-    int rc = progress_read(&po, r->cfg->progress_topic, r->eos.partition, r->cfg->slot,
-                           stream_database(r->stream), PROGRESS_READ_MS, &rec, err, errlen);
+    int rc = progress_read(&po, r->cfg->progress_topic, n, &who, PROGRESS_READ_MS, &rec, err,
+                           errlen);
     if (rc < 0)
         return rc;
     r->eos.ready = true;

@@ -67,14 +67,18 @@ struct relay_eos {
     bool fenced;        /* another producer of the slot took over: stand by */
     bool abort_pending; /* a delivery failed: abort and rewind (rewind_why) */
     char txn_id[256];   /* the producer's transactional.id */
-    int32_t partition;  /* of the progress topic, for this slot */
+    char key[300];      /* of its progress records (progress_record_key) */
+    int32_t partition;  /* of the progress topic, for that key */
     lsn_t progress;     /* the last committed progress record's lsn */
     lsn_t last_commit;  /* commit end of the last PostgreSQL transaction read */
     size_t batch_events; /* events in the open Kafka transaction */
     double batch_since; /* monotonic s it was begun */
+    double said_open;   /* monotonic s relay_eos_watch last said it is still open */
     struct eos_held *held;
     size_t nheld, capheld;
     uint64_t commits;
+    bool test_read;     /* the test hooks (relay_eos.c) were read */
+    long test_delay_ms, test_pause_ms;
 };
 
 struct relay {
@@ -177,6 +181,10 @@ int relay_eos_abort(struct relay *r, const char *why);
 /* Seconds until the open transaction is due for commit (0: now; large:
  * nothing open, or inside a PostgreSQL transaction). */
 double relay_eos_due_in(const struct relay *r, double now);
+/* Says every 10 s while a Kafka transaction stays open well past
+ * --transaction-max-ms, with what it waits for (deliveries, the
+ * PostgreSQL commit): a relayer that stops confirming must say why. */
+void relay_eos_watch(struct relay *r, double now);
 /* Marks the relay fenced when the producer's fatal error says so. */
 void relay_eos_check_fenced(struct relay *r);
 /* Commits when due. 0 or -1 as relay_eos_commit. */

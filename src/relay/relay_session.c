@@ -218,6 +218,7 @@ static int keep_alive(struct relay *r, bool reading, bool heard, double *due)
     if (relay_eos_on(r)) {
         if (relay_eos_tick(r) < 0)
             return r->eos.fenced ? 0 : STREAM_FATAL; /* fenced: turn_begin ends the session */
+        relay_eos_watch(r, mono_now());
         double txn_due = relay_eos_due_in(r, mono_now());
         if (txn_due < *due)
             *due = txn_due;

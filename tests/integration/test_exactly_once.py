@@ -60,6 +60,7 @@ test_chaos.py's and test_real_kafka.py's.
 """
 
 import json
+import os
 import signal
 import random
 import time
@@ -70,10 +71,43 @@ import harness
 from harness import wait_until
 from test_chaos import commit_marker
 from test_real_kafka import MIN_ISR, SLOT, Load, high_watermarks, prepare, wait_confirmed
-from test_real_kafka import start_relayer as start
+from test_real_kafka import start_relayer
 
 KILLS = 6
 EOS = ("--delivery", "exactly-once")
+# OUTBOX_TEST_EOS_DEBUG=eos,broker,msg,protocol: every relayer of these
+# tests logs at debug level with librdkafka's debug contexts (-X debug=...).
+DEBUG = (("--log-level", "debug", "-X", "debug=" + os.environ["OUTBOX_TEST_EOS_DEBUG"])
+         if os.environ.get("OUTBOX_TEST_EOS_DEBUG") else ())
+
+
+def start(relayer, pg, bootstrap, topic, *extra, env=None):
+    """test_real_kafka.start_relayer, with DEBUG; env: extra environment
+    (OUTBOX_RELAY_TEST_EOS, the test hooks of src/relay/relay_eos.c)."""
+    if env is None:
+        return start_relayer(relayer, pg, bootstrap, topic, *extra, *DEBUG)
+    return start_relayer(lambda *a: relayer(*a, env=env), pg, bootstrap, topic, *extra, *DEBUG)
+
+
+def insert_transactions(pg, n, type_="eo.small"):
+    """n transactions of one event each, committed back to back; their ids."""
+    conn = pg.connect(autocommit=False)
+    ids = []
+    try:
+        cur = conn.cursor()
+        for i in range(n):
+            cur.execute("INSERT INTO events_outbox (aggregate_id, type, payload) VALUES "
+                        "('00000000-0000-0000-0000-000000000027', %s, %s) RETURNING id",
+                        (type_, '{"n": %d}' % i))
+            ids.append(cur.fetchone()[0])
+            conn.commit()
+    finally:
+        conn.close()
+    return ids
+
+
+def event_ids(bootstrap, topic):
+    return [int(h["event_id"]) for _, _, _, _, h, _ in read_committed(bootstrap, [topic])]
 
 
 def read_committed(bootstrap, topics, timeout=120):
@@ -470,3 +504,27 @@ def test_dead_letter_in_the_same_transaction(kafka_cluster, pg, relayer, unique_
     assert got == [i for i in ids if i != big] + [marker_id], got
     dead = read_committed(kafka_cluster.bootstrap, [dlt])
     assert [h.get("event_id") for _, _, _, _, h, _ in dead] == [str(big)], dead
+
+
+def test_slow_commits_keep_the_replication_connection(kafka_cluster, pg, relayer, unique_topic):
+    """A Kafka transaction per PostgreSQL transaction (--transaction-max-events
+    1) whose commits each take 300 ms (the test hook delay-commit: a loaded
+    cluster, CI), over a backlog of 120 transactions: the relayer sends its
+    status updates between commits, so wal_sender_timeout (10 s in the
+    tests) never ends the replication connection, and every event arrives
+    once. Before, the loop looked at the status only every 256 frames,
+    which took some 25 s of commits, and the server closed the connection
+    again and again (test_progress_read_after_compaction under load)."""
+    topic = kafka_cluster.create_topic(unique_topic(), partitions=1, rf=3, configs=MIN_ISR)
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")  # commit_marker's
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *EOS,
+              "--progress-topic", unique_topic("progress"), "--transaction-max-events", "1",
+              env={"OUTBOX_RELAY_TEST_EOS": "delay-commit=300"})
+    r.wait_for_log(r"no progress record", timeout=60)
+    ids = insert_transactions(pg, 120)
+    marker_id, marker_end = commit_marker(pg, "eo")
+    wait_confirmed(pg, r, marker_end, timeout=180)
+    log = r.log_text()
+    assert "lost the replication connection" not in log, r.log_tail(60)
+    assert r.terminate(30) == 0
+    assert event_ids(kafka_cluster.bootstrap, topic) == ids + [marker_id]

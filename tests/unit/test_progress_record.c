@@ -6,7 +6,10 @@
  * the skip rule at, below and above the progress; where replication
  * starts; the transactional id is the same for the same slot and differs
  * between slots and between PostgreSQL clusters (system identifiers) with a
- * slot of the same name; the partition is stable and in range.
+ * slot of the same name; the partition is stable and in range; the key
+ * and the system identifier keep two clusters' records apart, and a record
+ * written before the system identifier was added is judged by its
+ * transactional id (ours, another cluster's, or unknown: refused).
  */
 #include <string.h>
 
@@ -17,9 +20,10 @@ static struct progress_record sample(void)
 {
     struct progress_record r = {.version = 1, .lsn = ((lsn_t) 0x16 << 32) | 0xB374D848u,
                                 .committed_at_ms = 1796432523123};
+    strcpy(r.system_id, "7581234567890123456");
     strcpy(r.slot, "outbox_relay");
     strcpy(r.database, "shop");
-    strcpy(r.transactional_id, "outbox-relay.outbox_relay");
+    strcpy(r.transactional_id, "outbox-relay.7581234567890123456.outbox_relay");
     return r;
 }
 
@@ -29,14 +33,16 @@ static void test_round_trip(void)
     char buf[PROGRESS_VALUE_MAX], err[256];
     int n = progress_record_format(&r, buf, sizeof buf);
     CHECK(n > 0);
-    CHECK_STR(buf, "{\"format\":\"outbox-relay-progress\",\"version\":1,\"slot\":\"outbox_relay\","
+    CHECK_STR(buf, "{\"format\":\"outbox-relay-progress\",\"version\":1,"
+                   "\"system_identifier\":\"7581234567890123456\",\"slot\":\"outbox_relay\","
                    "\"database\":\"shop\",\"lsn\":\"16/B374D848\","
-                   "\"transactional_id\":\"outbox-relay.outbox_relay\","
+                   "\"transactional_id\":\"outbox-relay.7581234567890123456.outbox_relay\","
                    "\"committed_at\":\"2026-12-05T01:02:03.123Z\"}");
     CHECK_EQ_INT(progress_record_parse(buf, (size_t) n, &back, err, sizeof err), 0);
+    CHECK_STR(back.system_id, "7581234567890123456");
     CHECK_STR(back.slot, "outbox_relay");
     CHECK_STR(back.database, "shop");
-    CHECK_STR(back.transactional_id, "outbox-relay.outbox_relay");
+    CHECK_STR(back.transactional_id, "outbox-relay.7581234567890123456.outbox_relay");
     CHECK(back.lsn == r.lsn);
     CHECK_EQ_INT(back.version, 1);
 
@@ -166,8 +172,80 @@ static void test_names(void)
         CHECK(seen[i] > 50);
 }
 
+/* A record as the previous relayer wrote it: no system_identifier. */
+static struct progress_record parsed(const char *v)
+{
+    struct progress_record r;
+    char err[256];
+    CHECK_EQ_INT(progress_record_parse(v, strlen(v), &r, err, sizeof err), 0);
+    return r;
+}
+
+static void test_owner(void)
+{
+    const char *ours = "7581234567890123456", *theirs = "7581234567890999999";
+    const char *txn = "outbox-relay.7581234567890123456.outbox_relay";
+    char a[300], b[300];
+    /* the key: the system identifier and the slot; the slot alone unknown */
+    CHECK_EQ_INT(progress_record_key(ours, "outbox_relay", a, sizeof a), 32);
+    CHECK_STR(a, "7581234567890123456.outbox_relay");
+    CHECK(progress_record_key(theirs, "outbox_relay", b, sizeof b) > 0);
+    CHECK(strcmp(a, b) != 0); /* two clusters: two keys, compaction keeps both */
+    CHECK(progress_record_key(NULL, "outbox_relay", b, sizeof b) > 0);
+    CHECK_STR(b, "outbox_relay");
+    CHECK(progress_record_key("", "outbox_relay", b, sizeof b) > 0);
+    CHECK_STR(b, "outbox_relay");
+    CHECK_EQ_INT(progress_record_key(ours, "outbox_relay", a, 32), -1);
+
+    /* records that carry it */
+    struct progress_record r = sample();
+    CHECK_EQ_INT(progress_record_owner(&r, ours, txn), PROGRESS_OURS);
+    CHECK_EQ_INT(progress_record_owner(&r, theirs, "outbox-relay.7581234567890999999.outbox_relay"),
+                 PROGRESS_FOREIGN);
+    /* the same slot and database names on another cluster: not ours, even
+     * with a -X transactional.id both share */
+    strcpy(r.transactional_id, "custom");
+    CHECK_EQ_INT(progress_record_owner(&r, theirs, "custom"), PROGRESS_FOREIGN);
+    CHECK_EQ_INT(progress_record_owner(&r, ours, "custom"), PROGRESS_OURS);
+
+    /* written before the field: judged by the transactional id */
+    const char *head = "{\"format\":\"outbox-relay-progress\",\"version\":1,\"slot\":"
+                       "\"outbox_relay\",\"database\":\"shop\",\"lsn\":\"0/16B3748\",";
+    char v[512];
+    snprintf(v, sizeof v, "%s\"transactional_id\":\"%s\"}", head, txn);
+    r = parsed(v);
+    CHECK_STR(r.system_id, "");
+    CHECK_EQ_INT(progress_record_owner(&r, ours, txn), PROGRESS_OURS);
+    CHECK_EQ_INT(progress_record_owner(&r, ours, "custom"), PROGRESS_OURS); /* its id says */
+    CHECK_EQ_INT(progress_record_owner(&r, theirs, "outbox-relay.7581234567890999999.outbox_relay"),
+                 PROGRESS_FOREIGN);
+    /* written with no system identifier anywhere: nobody can say */
+    snprintf(v, sizeof v, "%s\"transactional_id\":\"outbox-relay.outbox_relay\"}", head);
+    r = parsed(v);
+    CHECK_EQ_INT(progress_record_owner(&r, ours, txn), PROGRESS_UNKNOWN);
+    snprintf(v, sizeof v, "%s\"transactional_id\":\"custom\"}", head);
+    r = parsed(v);
+    CHECK_EQ_INT(progress_record_owner(&r, ours, txn), PROGRESS_UNKNOWN);
+    CHECK_EQ_INT(progress_record_owner(&r, ours, "custom"), PROGRESS_OURS);
+    snprintf(v, sizeof v, "%s\"transactional_id\":\"outbox-relay.12ab.outbox_relay\"}", head);
+    r = parsed(v);
+    CHECK_EQ_INT(progress_record_owner(&r, ours, txn), PROGRESS_UNKNOWN);
+    snprintf(v, sizeof v, "%s\"transactional_id\":\"outbox-relay.123.other\"}", head);
+    r = parsed(v);
+    CHECK_EQ_INT(progress_record_owner(&r, ours, txn), PROGRESS_UNKNOWN);
+
+    /* a malformed system_identifier is refused */
+    char err[256];
+    snprintf(v, sizeof v, "%s\"system_identifier\":\"%040d\"}", head, 1);
+    CHECK_EQ_INT(progress_record_parse(v, strlen(v), &r, err, sizeof err), -1);
+    CHECK(strstr(err, "system_identifier") != NULL);
+    snprintf(v, sizeof v, "%s\"system_identifier\":12}", head);
+    CHECK_EQ_INT(progress_record_parse(v, strlen(v), &r, err, sizeof err), -1);
+}
+
 int main(void)
 {
+    test_owner();
     test_round_trip();
     test_any_order_and_unknown_keys();
     test_refusals();

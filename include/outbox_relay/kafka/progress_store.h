@@ -4,8 +4,10 @@
  * record read back (progress_record.h says what the record is).
  *
  * The record for a slot always goes to one partition, chosen by
- * progress_partition() over the topic's partition count, so the reader
- * reads that partition only: from its start to its end as a read_committed
+ * progress_partition() of its key (progress_record_key) over the topic's
+ * partition count, so the reader reads that partition only (and the one of
+ * the slot's name alone, the key of records written before the system
+ * identifier was added, when another): from its start to its end as a read_committed
  * consumer sees it (the last stable offset), after the relayer's
  * transactional producer was initialised, which aborts whatever an older
  * producer of the same slot left open. Compaction keeps the last record of
@@ -38,16 +40,32 @@ struct progress_reader_options {
     const char *brokers;
     const char *const *kafka;
     size_t nkafka;
+    /* Called every 100 ms or so while the reader waits (NULL: none): the
+     * relay keeps its replication connection's status updates going. */
+    void (*tick)(void *ctx);
+    void *tick_ctx;
 };
 
-/* Reads the last committed record for slot from partition `partition` of
- * topic. Returns 1 with *rec filled, 0 when the slot has none (a first
- * start), -2 for a retriable failure (timeout, brokers unreachable) or -1
- * for a permanent one (a record of ours that cannot be read, a record of
- * another database under the same slot: database non-NULL and both
- * known); err says which. */
-int progress_read(const struct progress_reader_options *opts, const char *topic,
-                  int32_t partition, const char *slot, const char *database, int timeout_ms,
+/* Whose progress is read: the slot, its database, the server's system
+ * identifier (known once connected) and the producer's transactional.id. */
+struct progress_owner_id {
+    const char *slot;
+    const char *database;
+    const char *system_id;
+    const char *txn_id;
+};
+
+/* Reads the last committed record of `who` from topic, of nparts (> 0)
+ * partitions. Records of another cluster under the same slot name
+ * (progress_record_owner: PROGRESS_FOREIGN) are passed over. Returns 1
+ * with *rec filled, 0 when the slot has none (a first start), -2 for a
+ * retriable failure (timeout, brokers unreachable) or -1 for a permanent
+ * one (a record of ours that cannot be read, a record of another database
+ * under the same slot: database non-NULL and both known, or only records
+ * that cannot say which cluster wrote them: PROGRESS_UNKNOWN); err says
+ * which, and how to go on. */
+int progress_read(const struct progress_reader_options *opts, const char *topic, int32_t nparts,
+                  const struct progress_owner_id *who, int timeout_ms,
                   struct progress_record *rec, char *err, size_t errlen);
 
 #endif
