@@ -46,6 +46,20 @@ not model transactions, so only a real transaction coordinator proves it.
       message.max.bytes between small events of the same and later
       PostgreSQL transactions: its dead letter and its neighbours are
       committed together, each once, the small ones in order
+  test_slow_commits_keep_the_replication_connection
+      a commit per PostgreSQL transaction, each 300 ms (test hook
+      delay-commit), over a backlog: no reconnect, every event once
+  test_kill_between_the_kafka_commit_and_the_slot_confirmation
+      SIGKILL at the test hook pause-after-commit, right after a Kafka
+      commit and before the slot is confirmed: every event once
+  test_kafka_has_it_the_slot_does_not[exactly-once|at-least-once]
+      the path to PostgreSQL stalled from the relayer's side, so no
+      confirmation arrives; SIGKILL once Kafka has every event: none twice
+      with exactly-once, all of them twice with at-least-once
+  test_progress_of_another_cluster_is_not_read
+      another PostgreSQL cluster's progress records for the same slot and
+      database names are passed over; an older record that cannot say
+      whose it is is refused with the way out (a tombstone)
   test_check_exactly_once_on_a_real_cluster
       `outbox-relay check --delivery exactly-once`: the coordinator answers
       (PASS), transaction.timeout.ms within the brokers' maximum (PASS)
@@ -61,6 +75,7 @@ test_chaos.py's and test_real_kafka.py's.
 
 import json
 import os
+import re
 import signal
 import random
 import time
@@ -104,6 +119,10 @@ def insert_transactions(pg, n, type_="eo.small"):
     finally:
         conn.close()
     return ids
+
+
+def system_identifier(pg):
+    return str(pg.query("SELECT system_identifier FROM pg_control_system()")[0][0])
 
 
 def event_ids(bootstrap, topic):
@@ -250,8 +269,10 @@ def test_exactly_once_under_repeated_sigkill(kafka_cluster, pg, relayer, unique_
     conf = list(admin.describe_configs([res]).values())[0].result(timeout=30)
     assert conf["cleanup.policy"].value == "compact"
     recs = progress_records(kafka_cluster.bootstrap, progress)
-    assert recs and all(k == SLOT for k, _ in recs)
-    assert all(v["format"] == "outbox-relay-progress" and v["version"] == 1 for _, v in recs)
+    sysid = system_identifier(pg)
+    assert recs and all(k == "%s.%s" % (sysid, SLOT) for k, _ in recs), recs[:3]
+    assert all(v["format"] == "outbox-relay-progress" and v["version"] == 1 and
+               v["system_identifier"] == sysid and v["slot"] == SLOT for _, v in recs)
     last = harness.lsn_to_int(recs[-1][1]["lsn"])
     assert last >= marker_end, "last progress %s before the marker's commit %s" % (
         recs[-1][1]["lsn"], harness.int_to_lsn(marker_end))
@@ -528,3 +549,164 @@ def test_slow_commits_keep_the_replication_connection(kafka_cluster, pg, relayer
     assert "lost the replication connection" not in log, r.log_tail(60)
     assert r.terminate(30) == 0
     assert event_ids(kafka_cluster.bootstrap, topic) == ids + [marker_id]
+
+
+def copies_of(ids, got):
+    """{id: copies} for ids, from the event ids read (got)."""
+    n = {i: 0 for i in ids}
+    for g in got:
+        if g in n:
+            n[g] += 1
+    return n
+
+
+def test_kill_between_the_kafka_commit_and_the_slot_confirmation(kafka_cluster, pg, relayer,
+                                                                  unique_topic):
+    """The test hook pause-after-commit stops the relayer right after a
+    Kafka commit succeeded and before its events are acknowledged, so
+    before the slot is confirmed; SIGKILL lands exactly there. Kafka holds
+    events the slot does not confirm; started again, the relayer reads its
+    progress, starts replication after it, and every event is in Kafka
+    once."""
+    topic = kafka_cluster.create_topic(unique_topic(), partitions=1, rf=3, configs=MIN_ISR)
+    progress = unique_topic("progress")
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")  # commit_marker's
+    extra = EOS + ("--progress-topic", progress)
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *extra,
+              env={"OUTBOX_RELAY_TEST_EOS": "pause-after-commit=120000"})
+    r.wait_for_log(r"no progress record", timeout=60)
+    ids = insert_transactions(pg, 40)
+    r.wait_for_log(r"test hook: Kafka committed", timeout=60)
+    hook_lsn = harness.lsn_to_int(re.search(r"lsn=(\S+): test hook: Kafka committed",
+                                            r.log_text()).group(1))
+    confirmed = pg.confirmed_flush_lsn(SLOT)
+    assert confirmed < hook_lsn, "the slot confirmed %s, past the paused commit at %s" % (
+        harness.int_to_lsn(confirmed), harness.int_to_lsn(hook_lsn))
+    r.kill()
+    in_kafka = event_ids(kafka_cluster.bootstrap, topic)
+    assert in_kafka, "the paused commit holds no event: the kill proved nothing"
+    print("killed between the Kafka commit (%s, %d events in Kafka) and the slot's confirmation "
+          "(%s)" % (harness.int_to_lsn(hook_lsn), len(in_kafka), harness.int_to_lsn(confirmed)))
+    r = restart(relayer, pg, kafka_cluster.bootstrap, topic, extra)
+    r.wait_for_log(r"Kafka has everything committed up to %s" % harness.int_to_lsn(hook_lsn),
+                   timeout=60)
+    marker_id, marker_end = commit_marker(pg, "eo")
+    wait_confirmed(pg, r, marker_end)
+    assert r.terminate(30) == 0
+    got = event_ids(kafka_cluster.bootstrap, topic)
+    dup = {i: n for i, n in copies_of(ids, got).items() if n != 1}
+    assert not dup, "events not exactly once (id: copies): %s" % dup
+    assert got == ids + [marker_id]
+
+
+@pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
+def test_kafka_has_it_the_slot_does_not(kafka_cluster, pg, relayer, unique_topic, tmp_path,
+                                        delivery):
+    """The same point reached from outside, in both modes: the relayer's
+    path to PostgreSQL is stalled from the relayer's side (fault_proxy),
+    so its status updates never arrive; it goes on reading WAL and
+    delivering, and once Kafka holds every event while the slot confirms
+    none of them it is SIGKILLed and started again on a direct path.
+    Exactly-once: every event once. At-least-once: the events come again
+    (duplicates > 0), so the first result is measured, not assumed."""
+    topic = kafka_cluster.create_topic(unique_topic(), partitions=1, rf=3, configs=MIN_ISR)
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")  # commit_marker's
+    extra = ("--delivery", delivery)
+    if delivery == "exactly-once":
+        extra += ("--progress-topic", unique_topic("progress"))
+    proxy = harness.FaultProxy(pg.port, str(tmp_path))
+    try:
+        dsn = pg.dsn().replace("port=%d" % pg.port, "port=%d" % proxy.port)
+        r = relayer("--dsn", dsn, "--brokers", kafka_cluster.bootstrap, "--topic", topic, *extra,
+                    *DEBUG)
+        wait_until(lambda: (pg.slot_info(SLOT) or {}).get("active"), 60, interval=0.2,
+                   message="the relayer to stream")
+        if delivery == "exactly-once":
+            r.wait_for_log(r"no progress record", timeout=60)
+        first, first_end = commit_marker(pg, "eo")
+        wait_confirmed(pg, r, first_end)
+        proxy.stall("up", "existing")
+        ids = insert_transactions(pg, 40)
+        marker_id, marker_end = commit_marker(pg, "eo")
+        wait_until(lambda: marker_id in event_ids(kafka_cluster.bootstrap, topic), 60,
+                   interval=0.5, message="the marker in Kafka")
+        confirmed = pg.confirmed_flush_lsn(SLOT)
+        assert confirmed < marker_end
+        r.kill()
+    finally:
+        proxy.cleanup()
+    r = restart(relayer, pg, kafka_cluster.bootstrap, topic, extra)
+    m2, m2_end = commit_marker(pg, "eo")
+    wait_confirmed(pg, r, m2_end)
+    assert r.terminate(30) == 0
+    got = event_ids(kafka_cluster.bootstrap, topic)
+    copies = copies_of(ids + [marker_id], got)
+    assert all(n >= 1 for n in copies.values()), "lost: %s" % [i for i, n in copies.items() if not n]
+    duplicates = sum(n - 1 for n in copies.values())
+    print("%s, killed with %d events in Kafka the slot did not confirm: %d duplicates"
+          % (delivery, len(copies), duplicates))
+    if delivery == "exactly-once":
+        assert duplicates == 0, "%d duplicates with --delivery exactly-once" % duplicates
+    else:
+        assert duplicates > 0, "no duplicates at all: the kill proved nothing"
+
+
+def produce_progress(bootstrap, topic, key, value):
+    """One plain (non-transactional) record: a progress record as another
+    relayer left it; value None is a tombstone."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    p.produce(topic, key=key.encode(), value=None if value is None else json.dumps(value).encode())
+    assert p.flush(30) == 0
+
+
+def test_progress_of_another_cluster_is_not_read(kafka_cluster, pg, relayer, unique_topic):
+    """Two PostgreSQL clusters with the same slot and database names on one
+    progress topic: records of the other (its system identifier in the key
+    and the value; or, written before that, in its transactional.id) far
+    ahead of ours are passed over, not taken (which would skip every event
+    of this cluster). A record that cannot say which cluster wrote it (no
+    system identifier anywhere) is refused with the way out, and after its
+    tombstone the relayer starts."""
+    topic = kafka_cluster.create_topic(unique_topic(), partitions=1, rf=3, configs=MIN_ISR)
+    compact = {"cleanup.policy": "compact"}
+    progress = kafka_cluster.create_topic(unique_topic("progress"), partitions=1, rf=3,
+                                          configs=compact)
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")  # commit_marker's
+    sysid = system_identifier(pg)
+    other = "7000000000000000001" if sysid != "7000000000000000001" else "7000000000000000002"
+    base = {"format": "outbox-relay-progress", "version": 1, "slot": SLOT,
+            "database": "postgres", "lsn": "FF/0"}
+    produce_progress(kafka_cluster.bootstrap, progress, "%s.%s" % (other, SLOT),
+                     dict(base, system_identifier=other,
+                          transactional_id="outbox-relay.%s.%s" % (other, SLOT)))
+    produce_progress(kafka_cluster.bootstrap, progress, SLOT,
+                     dict(base, transactional_id="outbox-relay.%s.%s" % (other, SLOT)))
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *EOS, "--progress-topic", progress)
+    r.wait_for_log(r"no progress record", timeout=60)
+    # the other's record under its own key is not even looked at; the older
+    # one under the slot's name alone is, and passed over
+    assert re.search(r"1 record\(s\) of slot %s from another PostgreSQL cluster" % SLOT,
+                     r.log_text()), r.log_tail()
+    ids = insert_transactions(pg, 5)
+    marker_id, marker_end = commit_marker(pg, "eo")
+    wait_confirmed(pg, r, marker_end)
+    assert r.terminate(30) == 0
+    assert event_ids(kafka_cluster.bootstrap, topic) == ids + [marker_id]
+
+    unknown = kafka_cluster.create_topic(unique_topic("progress"), partitions=1, rf=3,
+                                         configs=compact)
+    produce_progress(kafka_cluster.bootstrap, unknown, SLOT,
+                     dict(base, transactional_id="outbox-relay.%s" % SLOT))
+    args = ("--dsn", pg.dsn(), "--brokers", kafka_cluster.bootstrap, "--topic", topic) + EOS + \
+        ("--progress-topic", unknown)
+    r = relayer(*args, *DEBUG)
+    assert r.wait_exit(60) == 1, r.log_tail()
+    log = r.log_tail(20)
+    assert "without the PostgreSQL system identifier" in log and "tombstone" in log, log
+    produce_progress(kafka_cluster.bootstrap, unknown, SLOT, None)
+    wait_until(lambda: not (pg.slot_info(SLOT) or {}).get("active"), 60, interval=0.1,
+               message="the walsender to end")
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *EOS, "--progress-topic", unknown)
+    r.wait_for_log(r"no progress record", timeout=60)
+    assert r.terminate(30) == 0
