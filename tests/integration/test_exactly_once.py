@@ -60,6 +60,10 @@ not model transactions, so only a real transaction coordinator proves it.
       another PostgreSQL cluster's progress records for the same slot and
       database names are passed over; an older record that cannot say
       whose it is is refused with the way out (a tombstone)
+  test_stalled_leader_during_a_transaction
+      on a private cluster, the only partition's leader SIGSTOPped (a
+      silent path) mid-stream: the commit waits and says so every 10 s,
+      then everything arrives once
   test_check_exactly_once_on_a_real_cluster
       `outbox-relay check --delivery exactly-once`: the coordinator answers
       (PASS), transaction.timeout.ms within the brokers' maximum (PASS)
@@ -718,3 +722,45 @@ def test_progress_of_another_cluster_is_not_read(kafka_cluster, pg, relayer, uni
     r = start(relayer, pg, kafka_cluster.bootstrap, topic, *EOS, "--progress-topic", unknown)
     r.wait_for_log(r"no progress record", timeout=60)
     assert r.terminate(30) == 0
+
+
+def test_stalled_leader_during_a_transaction(own_kafka_cluster, pg, relayer, unique_topic):
+    """The path to the leader of the only partition goes silent mid-stream
+    (its broker SIGSTOPped: sockets open, nothing answered, as a stalled
+    middlebox) for 20 to 50 s while producers commit: the relayer's commit waits,
+    and it says so every 10 s with what it waits for (a relayer that stops
+    confirming without a word is a defect); once the broker answers again
+    (SIGCONT) it goes on, never exits, and every event arrives once."""
+    cluster = own_kafka_cluster
+    topic, progress = unique_topic(), unique_topic("progress")
+    cluster.create_topic(topic, partitions=1, rf=3, configs=MIN_ISR)
+    aggs = prepare(pg)
+    r = start(relayer, pg, cluster.bootstrap, topic, *EOS, "--progress-topic", progress)
+    r.wait_for_log(r"no progress record", timeout=60)
+    load = Load(pg, aggs, seed=32)
+    load.start()
+    r.assert_running_for(3)
+    victim = cluster.leader_of(topic, 0)
+    node = cluster._broker(victim)
+    node.proc.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        r.wait_for_log(r"the Kafka transaction's commit has been retried for \d+ s|"
+                       r"the Kafka transaction has been open for \d+ s", timeout=40)
+        time.sleep(10)
+    finally:
+        node.proc.send_signal(signal.SIGCONT)
+    said = [x for x in r.log_text().splitlines() if "has been" in x]
+    print("exactly-once: broker %d (leader) stalled %.0f s; the relayer said: %s"
+          % (victim, time.monotonic() - t0, said[:2]))
+    r.assert_running_for(5)
+    load.stop()
+    marker_id, marker_end = commit_marker(pg, "real")
+    wait_confirmed(pg, r, marker_end, timeout=240)
+    rc = r.terminate(30)
+    assert rc == 0, "the relayer exited %s on SIGTERM; log tail:\n%s" % (rc, r.log_tail())
+    committed, records, duplicates = check(pg, read_committed(cluster.bootstrap, [topic]), load,
+                                           {marker_id})
+    print("exactly-once with the leader stalled: %d events, %d duplicates" % (committed,
+                                                                              duplicates))
+    assert duplicates == 0, "%d duplicates with --delivery exactly-once" % duplicates
