@@ -29,6 +29,9 @@ _Static_assert(sizeof(enum report_format) == sizeof(int), "OPT_ENUM stores an in
 
 static const struct option_word poison_words[] = {
     {"halt", POISON_HALT}, {"dead-letter", POISON_DEAD_LETTER}, {NULL, 0}};
+static const struct option_word delivery_words[] = {
+    {"at-least-once", DELIVERY_AT_LEAST_ONCE}, {"exactly-once", DELIVERY_EXACTLY_ONCE},
+    {NULL, 0}};
 static const struct option_word plugin_words[] = {
     {"auto", PLUGIN_AUTO}, {"wal2json", PLUGIN_WAL2JSON}, {"pgoutput", PLUGIN_PGOUTPUT},
     {NULL, 0}};
@@ -112,6 +115,18 @@ static const struct option_def options[] = {
               "what to do with an event no retry can deliver", poison_words),
     OPT("dead-letter-topic", OPT_STR, dead_letter_topic, "outbox.dead-letter", "TOPIC",
         "where --on-poison dead-letter sends poison events"),
+    OPT_WORDS("delivery", OPT_ENUM, delivery, "at-least-once", "at-least-once|exactly-once",
+              "at-least-once: the slot is confirmed on delivery reports, a crash can send "
+              "events again; exactly-once: Kafka transactions with a progress record, read "
+              "them with isolation.level=read_committed (docs/how-it-works.md)",
+              delivery_words),
+    OPT("progress-topic", OPT_STR, progress_topic, "__outbox_relay_progress", "TOPIC",
+        "exactly-once: the compacted topic of progress records (created if missing)"),
+    OPT("transaction-max-events", OPT_LONG, transaction_max_events, "5000", "N",
+        "exactly-once: commit the Kafka transaction at the first PostgreSQL commit after N "
+        "events"),
+    OPT("transaction-max-ms", OPT_LONG, transaction_max_ms, "100", "MS",
+        "exactly-once: ... or once it has been open this many milliseconds"),
     OPT("retention", OPT_STR, retention, "7 days", "INTERVAL",
         "reaper: delete delivered outbox rows older than this (PostgreSQL interval; 0 = off)"),
     OPT("reap-batch", OPT_LONG, reap_batch, "5000", "N", "reaper: rows per DELETE batch"),
@@ -354,6 +369,54 @@ static bool bool_true(const char *v)
     return strcasecmp(v, "true") == 0 || strcasecmp(v, "t") == 0 || strcmp(v, "1") == 0;
 }
 
+/* --delivery exactly-once and what goes with it (progress_record.h). The
+ * backfill publishes rows from a snapshot, outside the slot's transactions
+ * and with its own checkpoints: it has no commit LSN a progress record could
+ * hold, so it keeps at-least-once and is refused here rather than weakening
+ * the guarantee silently. */
+static int check_exactly_once(const struct relay_config *cfg, char *err, size_t errlen)
+{
+    static const char *const txid[] = {"transactional.id", NULL};
+    const char *name = NULL, *v;
+    if (cfg->transaction_max_events < 1 || cfg->transaction_max_events > 10000000) {
+        snprintf(err, errlen, "--transaction-max-events must be between 1 and 10000000, got %ld",
+                 cfg->transaction_max_events);
+        return -1;
+    }
+    if (cfg->transaction_max_ms < 0 || cfg->transaction_max_ms > 600000) {
+        snprintf(err, errlen, "--transaction-max-ms must be between 0 and 600000, got %ld",
+                 cfg->transaction_max_ms);
+        return -1;
+    }
+    if (topic_check_template(cfg->progress_topic, err, errlen) < 0 ||
+        strchr(cfg->progress_topic, '{') != NULL) {
+        snprintf(err, errlen, "--progress-topic \"%s\" must be a plain Kafka topic name",
+                 cfg->progress_topic);
+        return -1;
+    }
+    if (cfg->delivery != DELIVERY_EXACTLY_ONCE) {
+        if ((v = kafka_prop(cfg, txid, &name)) != NULL) {
+            snprintf(err, errlen, "-X transactional.id=%s needs --delivery exactly-once: the "
+                     "at-least-once producer does not use transactions", v);
+            return -1;
+        }
+        return 0;
+    }
+    if (cfg->backfill_pending) {
+        snprintf(err, errlen, "--backfill pending is refused with --delivery exactly-once: the "
+                 "backfill publishes rows from a snapshot, outside the slot's transactions, so "
+                 "no progress record can say which of them Kafka has and a restart may send "
+                 "some again. Run the backfill once with --delivery at-least-once (consumers "
+                 "deduplicate those rows on event_id), then switch");
+        return -1;
+    }
+    if (cfg->dead_letter_topic != NULL && strcmp(cfg->dead_letter_topic, cfg->progress_topic) == 0) {
+        snprintf(err, errlen, "--progress-topic and --dead-letter-topic must differ");
+        return -1;
+    }
+    return 0;
+}
+
 /* Refuses librdkafka settings that void the guarantee: the slot is
  * confirmed on delivery reports, so a report must mean "stored on every
  * in-sync replica, once, in order" (idempotence, acks=all, no event
@@ -518,7 +581,7 @@ static int validate(struct relay_config *cfg, char *err, size_t errlen)
                  cfg->max_inflight_bytes);
         return -1;
     }
-    if (check_kafka_guarantees(cfg, err, errlen) < 0)
+    if (check_kafka_guarantees(cfg, err, errlen) < 0 || check_exactly_once(cfg, err, errlen) < 0)
         return -1;
     if (cfg->status_interval < 0.05 || cfg->status_interval > 3600) {
         snprintf(err, errlen, "--status-interval must be between 0.05 and 3600 seconds");

@@ -39,7 +39,9 @@ static const char *const wal_statuses[] = {"reserved", "extended", "unreserved",
 /* Why deliveries are produced again (relay.c's rewinds, kafka_errors.h's
  * classes that are waited out): one series each, always present. */
 static const char *const retry_reasons[] = {"retriable", "topic_missing", "authorization",
-                                             "batch_refused"};
+                                             "batch_refused",
+                                             /* --delivery exactly-once (relay_eos.c) */
+                                             "transaction_aborted", "fenced"};
 #define NREASONS (sizeof retry_reasons / sizeof retry_reasons[0])
 
 struct topic_counts {

@@ -117,3 +117,27 @@ bool kafka_err_batch_refusal(int err)
     return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
            err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
+
+bool kafka_err_fenced(int code)
+{
+    return code == RD_KAFKA_RESP_ERR__FENCED || code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+           code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+}
+
+enum kafka_txn_verdict kafka_txn_classify(int code, bool retriable, bool requires_abort,
+                                          bool fatal)
+{
+    if (code == RD_KAFKA_RESP_ERR_NO_ERROR && !fatal)
+        return KAFKA_TXN_OK;
+    if (kafka_err_fenced(code))
+        return KAFKA_TXN_FENCED;
+    if (fatal || code == RD_KAFKA_RESP_ERR__FATAL)
+        return KAFKA_TXN_FATAL;
+    if (requires_abort)
+        return KAFKA_TXN_ABORT;
+    if (retriable)
+        return KAFKA_TXN_RETRY;
+    /* Neither: a state error (a call out of order) or a timeout librdkafka
+     * does not call retriable. The transaction cannot be trusted: abort. */
+    return KAFKA_TXN_ABORT;
+}

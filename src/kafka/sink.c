@@ -19,7 +19,8 @@
  * the message's opaque) gets the time librdkafka's thread saw the broker's
  * acknowledgement, from an on_acknowledgement interceptor.
  *
- * A gap stops the producer (enable.gapless.guarantee). When a broker
+ * A gap stops the at-least-once producer (enable.gapless.guarantee; a
+ * transactional one aborts its transaction instead, sink_txn.c). When a broker
  * refuses a batch for good (a record too large for the topic, a policy),
  * librdkafka would otherwise bump the idempotent producer's epoch and go on
  * with the partition's next messages, which were queued or in flight behind
@@ -39,6 +40,7 @@
  * reads no headers.
  */
 #include "outbox_relay/kafka/sink.h"
+#include "sink_internal.h"
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -55,31 +57,6 @@
 #include "outbox_relay/kafka/topic.h"
 #include "outbox_relay/base/wake.h"
 
-/* One produced message's record, handed to librdkafka as its opaque: the
- * caller's token, when librdkafka's thread saw the broker acknowledge the
- * message (on_ack; CLOCK_REALTIME µs, 0 until then) and how long after
- * sink_produce that was (µs, -1 until then). Records live in
- * chunks owned by the sink, freed only after the producer is destroyed
- * (its threads may still acknowledge while it is), and are recycled through
- * a free list that only the caller's thread touches: it takes one in
- * sink_produce and gives it back when the report is served. The ack time is
- * written before librdkafka queues the report under its queue lock and read
- * after the caller dequeued it under the same lock. */
-struct sink_msg {
-    uint64_t token;
-    _Atomic int64_t acked_us;
-    _Atomic int64_t ack_latency_us;
-    struct sink_msg *next_free;
-};
-
-#define SINK_MSG_CHUNK 1024
-#define AUTH_LOG_EVERY 60.0 /* s between two logs of a refused SASL login */
-
-struct sink_msg_chunk {
-    struct sink_msg_chunk *next;
-    struct sink_msg msg[SINK_MSG_CHUNK];
-};
-
 /* librdkafka before 2.13, when rd_kafka_new() refuses a configuration
  * that has interceptors, frees them but leaves them in the caller's
  * configuration, which a destroy then frees twice (librdkafka issue 4142):
@@ -87,46 +64,6 @@ struct sink_msg_chunk {
  * refused configuration ends the relayer, so there is one at most. */
 static rd_kafka_conf_t *refused_conf;
 
-struct sink {
-    const char *topic_template;
-    const struct outbox_columns_map *columns; /* extra columns: headers, topic */
-    struct event_headers_options headers;
-    char ce_source[512];
-    /* The template's {column}s as extra indexes: the topic cache is then
-     * keyed by their values (and the type when {type}/{prefix} is used). */
-    bool topic_by_type;
-    size_t ntopic_cols;
-    int topic_cols[OUTBOX_MAX_EXTRA];
-    char topic_key[1024];
-    rd_kafka_t *rk;
-    rd_kafka_conf_t *conf; /* what every producer of this sink is made from
-                              (renew), without the interceptor, which
-                              rd_kafka_conf_dup does not copy */
-    rd_kafka_queue_t *mainq;
-    struct wake wake; /* readable while reports wait (on_queue_event) */
-    atomic_bool lazy; /* read by on_queue_event: no wake-up while set */
-    bool lazy_set;    /* the caller's copy */
-    struct sink_msg *free_msgs;
-    struct sink_msg_chunk *chunks;
-    sink_report_fn on_report;
-    void *ctx;
-    size_t inflight;
-    size_t inflight_bytes;
-    size_t max_message_bytes;
-    bool fatal;
-    bool at_gap; /* the producer stopped at a refused batch: replaced once
-                    nothing of it is in flight (see the top of this file) */
-    bool closing;
-    unsigned long long renewals; /* producers replaced at a gap */
-    bool brokers_up;
-    double auth_logged_at; /* monotonic s of the last authentication error logged */
-    const char *last_topic; /* a cached handle's name, or last_topic_buf */
-    char last_topic_buf[256];
-    struct topic_cache topics; /* handles: rd_kafka_topic_t, one application
-                                  reference each, dropped in sink_free */
-    enum kafka_err_class err_class; /* of the last refused produce */
-    char errstr[SINK_ERRLEN];
-};
 
 /* Copies a header value into dst as a NUL-terminated string. */
 static void header_str(rd_kafka_headers_t *hdrs, const char *name, char *dst, size_t cap)
@@ -301,6 +238,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         }
         snprintf(sk->errstr, sizeof sk->errstr, "fatal Kafka producer error %s: %s",
                  rd_kafka_err2name(orig), buf);
+        sk->fatal_code = orig;
         sk->fatal = true;
         log_error("%s", sk->errstr);
         return;
@@ -454,7 +392,12 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
          kafka_conf_set(conf, "bootstrap.servers", opts->brokers, err, errlen) < 0) ||
         kafka_conf_set(conf, "client.id", "outbox-relay", err, errlen) < 0 ||
         kafka_conf_set(conf, "enable.idempotence", "true", err, errlen) < 0 ||
-        kafka_conf_set(conf, "enable.gapless.guarantee", "true", err, errlen) < 0 ||
+        /* The gapless stop is at-least-once's (the top of this file); a
+         * transactional producer's gap is an abortable error instead: the
+         * whole transaction is aborted and produced again, and a stop would
+         * replace the producer without initialising its transactions. */
+        (opts->transactional_id == NULL &&
+         kafka_conf_set(conf, "enable.gapless.guarantee", "true", err, errlen) < 0) ||
         kafka_conf_set(conf, "acks", "all", err, errlen) < 0 ||
         kafka_conf_set(conf, "message.timeout.ms", "0", err, errlen) < 0 ||
         /* Low latency without a slower drain; linger 0 needs Nagle off
@@ -463,6 +406,19 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
         kafka_conf_set(conf, "socket.nagle.disable", "true", err, errlen) < 0 ||
         kafka_conf_route_log(conf, err, errlen) < 0)
         goto fail;
+    /* Exactly-once (sink_txn.c): the transactional producer. A message
+     * timeout of 0 (infinite) is accepted with transactions too: an outage
+     * makes the transaction wait until transaction.timeout.ms, after which
+     * the broker aborts it and the relayer produces it again. */
+    if (opts->transactional_id != NULL) {
+        char ms[32];
+        snprintf(ms, sizeof ms, "%d", opts->transaction_timeout_ms > 0
+                                          ? opts->transaction_timeout_ms : 60000);
+        if (kafka_conf_set(conf, "transactional.id", opts->transactional_id, err, errlen) < 0 ||
+            kafka_conf_set(conf, "transaction.timeout.ms", ms, err, errlen) < 0)
+            goto fail;
+        sk->txn = true;
+    }
     for (size_t i = 0; i < opts->nkafka; i++)
         if (kafka_conf_set(conf, opts->kafka[2 * i], opts->kafka[2 * i + 1], err, errlen) < 0)
             goto fail;
@@ -552,6 +508,18 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
             return SINK_FATAL;
         sk->err_class = KAFKA_ERR_RETRIABLE;
         return SINK_RETRY;
+    }
+    if (e == RD_KAFKA_RESP_ERR__FATAL && !sk->fatal) {
+        /* Fatal before its error callback was served (on_error sets the
+         * same): the producer's first fatal error says what it was, so that
+         * a fenced transactional producer is seen as fenced (a standby), not
+         * as a failed produce that ends the relayer. */
+        char buf[256];
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(sk->rk, buf, sizeof buf);
+        if (orig != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            sk->fatal_code = orig;
+            sk->fatal = true;
+        }
     }
     if (e == RD_KAFKA_RESP_ERR__FATAL || sk->fatal) {
         sk->err_class = KAFKA_ERR_FATAL;
@@ -768,6 +736,14 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
                      const char *value, size_t value_len, const char *const *headers,
                      size_t nheaders, uint64_t token)
 {
+    return sink_produce_raw_to(sk, topic, RD_KAFKA_PARTITION_UA, key, key_len, value, value_len,
+                               headers, nheaders, token);
+}
+
+int sink_produce_raw_to(struct sink *sk, const char *topic, int32_t partition, const char *key,
+                        size_t key_len, const char *value, size_t value_len,
+                        const char *const *headers, size_t nheaders, uint64_t token)
+{
     int ready = sink_ready(sk);
     if (ready != SINK_OK)
         return ready;
@@ -782,7 +758,8 @@ int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t
         if (strcmp(headers[2 * i], "event_id") == 0)
             event_id = headers[2 * i + 1];
     rd_kafka_resp_err_t e = rd_kafka_producev(
-        sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        sk->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE((void *) value, value_len),
         RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(msg),
         RD_KAFKA_V_END);
@@ -860,7 +837,7 @@ size_t sink_max_message_bytes(const struct sink *sk)
 
 bool sink_fatal(const struct sink *sk)
 {
-    return sk->fatal;
+    return sk->fatal || sink_fenced(sk);
 }
 
 bool sink_brokers_up(const struct sink *sk)

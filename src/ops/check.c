@@ -1,7 +1,7 @@
 /*
  * check.c — `outbox-relay check` (see check.h): the table of checks
  * check_run goes through, in order, and the report printed at the end.
- * The checks' I/O is in check_pg.c, check_table.c and check_kafka.c; the
+ * The checks' I/O is in check_pg.c, check_table.c, check_kafka.c and check_eos.c; the
  * report (check_report.c) and the verdicts (check_verdict.c) are pure, and
  * the checks call them, never this file.
  */
@@ -23,7 +23,7 @@ static void (*const checks[])(struct check_ctx *) = {
     check_role,           check_plugin,         check_keep_size,     check_sender_timeout,
     check_table,          check_columns,        check_logged,        check_indexes,
     check_privileges,     check_bookkeeping,    check_slot,          check_publication,
-    check_failover,       check_contents,       check_kafka,
+    check_failover,       check_contents,       check_kafka,         check_exactly_once,
 };
 
 /* The DSN's password (PQconninfoParse), for scrubbing; malloc'ed or NULL. */

@@ -76,6 +76,9 @@ void check_failover(struct check_ctx *c);
 /* check_table.c: the outbox table, its privileges, the bookkeeping tables,
  * the publication, the payloads and types in it. */
 void check_table(struct check_ctx *c);
+/* check_eos.c: --delivery exactly-once's needs (the coordinator, the
+ * transaction timeout, the progress topic). */
+void check_exactly_once(struct check_ctx *c);
 void check_columns(struct check_ctx *c);
 void check_logged(struct check_ctx *c);
 void check_indexes(struct check_ctx *c);

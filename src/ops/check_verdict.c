@@ -275,3 +275,19 @@ enum check_status check_classify_slot(const struct check_slot_row *row, const ch
     }
     return CHECK_PASS;
 }
+
+enum check_status check_classify_txn_timeout(long long ours_ms, long long broker_max_ms)
+{
+    if (broker_max_ms < 0)
+        return CHECK_WARN;
+    if (ours_ms > broker_max_ms)
+        return CHECK_FAIL;
+    return ours_ms > broker_max_ms - broker_max_ms / 10 ? CHECK_WARN : CHECK_PASS;
+}
+
+enum check_status check_classify_progress_policy(const char *policy)
+{
+    if (policy == NULL)
+        return CHECK_PASS;
+    return strstr(policy, "compact") != NULL ? CHECK_PASS : CHECK_FAIL;
+}

@@ -115,6 +115,8 @@ int slot_check_server(struct slot *s)
     s->timeline = PQnfields(res) >= 2 && PQntuples(res) == 1
                       ? (unsigned) strtoul(PQgetvalue(res, 0, 1), NULL, 10)
                       : 0;
+    snprintf(s->system_id, sizeof s->system_id, "%s",
+             PQnfields(res) >= 1 && PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "");
     PQclear(res);
     if (!has_db)
         return slot_fail(s, STREAM_FATAL,

@@ -126,6 +126,11 @@ const char *stream_database(const struct stream *s)
     return s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK ? PQdb(s->conn) : NULL;
 }
 
+const char *stream_system_id(const struct stream *s)
+{
+    return s->admin.system_id[0] != '\0' ? s->admin.system_id : NULL;
+}
+
 const char *stream_switch_plugin(const struct stream *s)
 {
     return s->admin.switch_to;

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include "outbox_relay/kafka/sink.h"
 #include "outbox_relay/pg/stream.h"
 #include "outbox_relay/core/tracker.h"
+#include "outbox_relay/core/progress_record.h"
 
 #define TRACKER_GROUPS 4096
 #define STANDBY_POLL 1.0    /* s between a standby's looks at the slot */
@@ -67,6 +69,10 @@ static void op_tx_commit(void *ctx, int64_t xid, lsn_t commit_end)
     struct relay *r = ctx;
     partition_tx_commit(r->partitions, xid, commit_end);
 }
+
+static int make_sink(struct relay *r, char *err, size_t errlen);
+static int renew_fenced_sink(struct relay *r);
+static int adopt_txn_id(struct relay *r);
 
 struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *stop,
                         struct metrics *metrics, char *err, size_t errlen)
@@ -124,6 +130,28 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
         relay_free(r);
         return NULL;
     }
+    if (cfg->delivery == DELIVERY_EXACTLY_ONCE) {
+        const char *own = config_kafka_get(cfg, "transactional.id");
+        if (own != NULL)
+            snprintf(r->eos.txn_id, sizeof r->eos.txn_id, "%s", own);
+        else if (progress_transactional_id(NULL, cfg->slot, r->eos.txn_id,
+                                           sizeof r->eos.txn_id) < 0) {
+            snprintf(err, errlen, "--slot %s: too long for a transactional.id", cfg->slot);
+            relay_free(r);
+            return NULL;
+        }
+    }
+    if (make_sink(r, err, errlen) < 0) {
+        relay_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The sink for cfg (again after fencing: a fenced producer is done for). */
+static int make_sink(struct relay *r, char *err, size_t errlen)
+{
+    const struct relay_config *cfg = r->cfg;
     const char *kafka[2 * CONFIG_MAX_KAFKA_PROPS];
     for (size_t i = 0; i < cfg->nkafka; i++) {
         kafka[2 * i] = cfg->kafka[i].key;
@@ -133,12 +161,10 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
                                .columns = &r->columns, .id_header = cfg->id_header,
                                .envelope = cfg->envelope, .ce_source = cfg->ce_source,
                                .kafka = kafka, .nkafka = cfg->nkafka};
+    if (cfg->delivery == DELIVERY_EXACTLY_ONCE)
+        sko.transactional_id = r->eos.txn_id;
     r->sink = sink_new(&sko, relay_on_report, r, err, errlen);
-    if (r->sink == NULL) {
-        relay_free(r);
-        return NULL;
-    }
-    return r;
+    return r->sink != NULL ? 0 : -1;
 }
 
 const char *relay_switch_plugin(const struct relay *r)
@@ -151,6 +177,7 @@ void relay_free(struct relay *r)
     if (r == NULL)
         return;
     sink_free(r->sink, 0);
+    relay_eos_free(r);
     deadletter_queue_clear(&r->dlq);
     stream_free(r->stream);
     backfill_free(r->backfill);
@@ -222,6 +249,7 @@ static void rewind_replication(struct relay *r)
  * while acking them; tell the server the final confirmed position. */
 static void finish(struct relay *r)
 {
+    relay_eos_end(r); /* exactly-once: what is whole is committed, the rest aborted */
     if (sink_inflight(r->sink) > 0)
         log_info("waiting up to %.0f s for %zu outstanding deliveries",
                  r->cfg->shutdown_timeout, sink_inflight(r->sink));
@@ -307,6 +335,15 @@ static void wait_refused(struct relay *r, struct run *run, int rc)
  * and what its answer means for the loop (an enum step). */
 static int resume_backfill(struct relay *r, struct run *run)
 {
+    if (relay_eos_on(r)) {
+        /* the same reason config.c refuses --backfill pending with it */
+        relay_set_fatal(r, "slot=%s has an unfinished backfill: --delivery exactly-once cannot "
+                        "keep its guarantee for rows published from a snapshot (no commit "
+                        "position a progress record could hold). Finish the backfill with "
+                        "--delivery at-least-once, then restart with exactly-once",
+                        r->cfg->slot);
+        return STEP_END;
+    }
     int brc = relay_resume_backfill(r);
     if (brc == BACKFILL_OK) {
         run->backfilled = true;
@@ -414,6 +451,7 @@ static int reconnect(struct relay *r, struct run *run)
 {
     log_warn("%s; reconnecting (%zu deliveries in flight)", stream_errstr(r->stream),
              sink_inflight(r->sink));
+    relay_eos_end(r); /* a transaction read in part comes again whole: abort it */
     stream_close(r->stream);
     r->stats.reconnects++;
     if (r->metrics)
@@ -423,6 +461,97 @@ static int reconnect(struct relay *r, struct run *run)
     if (r->fatal)
         return STEP_END;
     pause_serving(r, jitter(run->backoff));
+    return STEP_AGAIN;
+}
+
+/* Exactly-once, fenced: another replica initialised a producer with our
+ * transactional.id, so it holds (or just took) the slot. This one gives the
+ * slot up, drops its fenced producer for a new one (initialised only once
+ * it holds the slot again) and waits as a standby, never a crash loop. */
+static int stand_by_fenced(struct relay *r, struct run *run)
+{
+    stream_stop(r->stream, 2000);
+    stream_close(r->stream);
+    if (renew_fenced_sink(r) < 0)
+        return STEP_END;
+    wait_standby(r, run, "exactly-once: fenced by another replica of this slot; standing by");
+    return STEP_AGAIN;
+}
+
+/* A fenced producer is done for: a new one replaces it (initialised only
+ * once this process holds the slot again, relay_eos_prepare). Wherever the
+ * fencing was found (a session, a reconnect's commit), before the next
+ * start. 0, or -1 (fatal set). */
+static int renew_fenced_sink(struct relay *r)
+{
+    char err[RELAY_ERRLEN];
+    if (!relay_eos_on(r) || !r->eos.fenced || !sink_fatal(r->sink))
+        return 0;
+    sink_free(r->sink, 0);
+    r->sink = NULL;
+    r->eos.nheld = 0;
+    r->stats.fenced++;
+    if (make_sink(r, err, sizeof err) < 0) {
+        relay_set_fatal(r, "%s", err);
+        return -1;
+    }
+    relay_publish_gauges(r, false);
+    if (r->metrics)
+        metrics_set_delivery_waiting(r->metrics, "fenced");
+    return 0;
+}
+
+/* Exactly-once, once connected: the transactional.id of this slot on this
+ * server (progress_transactional_id: with the system identifier, so that a
+ * slot of the same name on another cluster relaying to the same Kafka never
+ * fences this one, nor this one it), unless -X transactional.id gave one.
+ * Until the first connection the sink was made with the slot's name alone;
+ * its producer never talked to a coordinator (that is relay_eos_prepare's,
+ * later in the session), so it is replaced by one with the new id at no
+ * cost. Again only if the server is another cluster. 0, or -1 (fatal set). */
+static int adopt_txn_id(struct relay *r)
+{
+    if (!relay_eos_on(r) || config_kafka_get(r->cfg, "transactional.id") != NULL)
+        return 0;
+    char id[sizeof r->eos.txn_id], err[RELAY_ERRLEN];
+    if (progress_transactional_id(stream_system_id(r->stream), r->cfg->slot, id, sizeof id) < 0 ||
+        strcmp(id, r->eos.txn_id) == 0)
+        return 0;
+    if (r->eos.inited)
+        log_warn("slot=%s: the server is another PostgreSQL cluster (system identifier %s); "
+                 "the Kafka producer is replaced by one with transactional.id %s",
+                 r->cfg->slot, stream_system_id(r->stream), id);
+    snprintf(r->eos.txn_id, sizeof r->eos.txn_id, "%s", id);
+    sink_free(r->sink, 0);
+    r->sink = NULL;
+    r->eos.nheld = 0;
+    r->eos.inited = false;
+    r->eos.ready = false;
+    if (make_sink(r, err, sizeof err) < 0) {
+        relay_set_fatal(r, "%s", err);
+        return -1;
+    }
+    relay_publish_gauges(r, false);
+    return 0;
+}
+
+/* Exactly-once, once replication runs: the producer initialised and the
+ * slot's progress read (relay_eos_prepare). An enum step; STEP_ON to
+ * stream. */
+static int prepare_eos(struct relay *r, struct run *run, lsn_t started_at)
+{
+    char err[RELAY_ERRLEN];
+    int rc = relay_eos_prepare(r, started_at, err, sizeof err);
+    if (rc == 0)
+        return STEP_ON;
+    stream_stop(r->stream, 5000);
+    if (rc == 1)
+        return STEP_AGAIN; /* from the progress, at once */
+    if (rc == -1) {
+        relay_set_fatal(r, "%s", err);
+        return STEP_END;
+    }
+    back_off(r, run, err);
     return STEP_AGAIN;
 }
 
@@ -436,6 +565,8 @@ static int end_session(struct relay *r, struct run *run, int rc)
         rewind_replication(r);
         return r->fatal ? STEP_END : STEP_AGAIN;
     }
+    if (rc == SESSION_FENCED)
+        return stand_by_fenced(r, run);
     if (rc == STREAM_FATAL) {
         if (!r->fatal)
             relay_set_fatal(r, "%s", stream_errstr(r->stream));
@@ -451,11 +582,18 @@ int relay_run(struct relay *r)
     while (!*r->stop) {
         lsn_t slot_confirmed = 0;
         bool created = false;
+        if (renew_fenced_sink(r) < 0)
+            break;
         int step = start_replication(r, &run, &slot_confirmed, &created);
+        if (step == STEP_ON && adopt_txn_id(r) < 0)
+            break;
         if (step == STEP_ON) {
             begin_streaming(r, &run, created, slot_confirmed);
-            step = end_session(r, &run, relay_session(r));
+            if (relay_eos_on(r))
+                step = prepare_eos(r, &run, tracker_confirmed(r->tracker));
         }
+        if (step == STEP_ON)
+            step = end_session(r, &run, relay_session(r));
         if (step == STEP_END)
             break;
     }

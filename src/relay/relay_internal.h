@@ -12,6 +12,9 @@
  *                     queue waited out, delivery reports (acks, rewinds,
  *                     poison, as report_judge.h decides), dead letters
  *                     (deadletter.h)
+ *   relay_eos.c       --delivery exactly-once: Kafka transactions around
+ *                     whole PostgreSQL transactions, the progress record,
+ *                     acks held until the commit, aborts and fencing
  *   relay_state.c     the bottom: the first fatal error, the in-flight
  *                     window, status updates and their timing, gauges
  * Decisions about frames live in dispatch.c, about delivery reports in
@@ -44,8 +47,39 @@ static inline bool is_backfill(uint64_t token)
     return (token & BACKFILL_TOKEN) != 0;
 }
 
+/* The progress record's own token (relay_eos.c): never a tracker's. */
+#define PROGRESS_TOKEN ((uint64_t) 1 << 62)
+
 struct outbox_event;
 struct sink_report;
+
+/* Delivered events' tokens held until their Kafka transaction commits
+ * (relay_eos.c): runs of one token. */
+struct eos_held {
+    uint64_t token;
+    uint32_t n;
+};
+
+/* --delivery exactly-once's state (relay_eos.c). */
+struct relay_eos {
+    bool inited;        /* this producer's init_transactions succeeded */
+    bool ready;         /* ... and the slot's progress was read */
+    bool fenced;        /* another producer of the slot took over: stand by */
+    bool abort_pending; /* a delivery failed: abort and rewind (rewind_why) */
+    char txn_id[256];   /* the producer's transactional.id */
+    char key[300];      /* of its progress records (progress_record_key) */
+    int32_t partition;  /* of the progress topic, for that key */
+    lsn_t progress;     /* the last committed progress record's lsn */
+    lsn_t last_commit;  /* commit end of the last PostgreSQL transaction read */
+    size_t batch_events; /* events in the open Kafka transaction */
+    double batch_since; /* monotonic s it was begun */
+    double said_open;   /* monotonic s relay_eos_watch last said it is still open */
+    struct eos_held *held;
+    size_t nheld, capheld;
+    uint64_t commits;
+    bool test_read;     /* the test hooks (relay_eos.c) were read */
+    long test_delay_ms, test_pause_ms;
+};
 
 struct relay {
     const struct relay_config *cfg;
@@ -103,6 +137,7 @@ struct relay {
     lsn_t last_produced_lsn; /* of the last event the sink took: while
                                 isolating, the one being judged (its
                                 transaction may still be open) */
+    struct relay_eos eos;
     bool fatal;
     char errstr[RELAY_ERRLEN];
 };
@@ -126,6 +161,46 @@ void relay_keep_status(struct relay *r);
 /* Refreshes the gauges the metrics endpoint shows (none without metrics). */
 void relay_publish_gauges(struct relay *r, bool streaming);
 
+/* relay_eos.c (--delivery exactly-once; see the file) */
+bool relay_eos_on(const struct relay *r);
+/* A delivered event's token, acked once its transaction commits. */
+void relay_eos_hold(struct relay *r, uint64_t token);
+void relay_eos_free(struct relay *r);
+/* Begins a Kafka transaction unless one is open: 0, or -1 (fenced or
+ * fatal, set on the relay). */
+int relay_eos_begin(struct relay *r);
+/* One more event went into the open transaction. */
+void relay_eos_produced(struct relay *r);
+/* Produces the progress record and commits; acks the held tokens. 0, or
+ * -1 (fenced or fatal); an abortable failure aborts and asks for a rewind
+ * (0). */
+int relay_eos_commit(struct relay *r);
+/* Aborts the open transaction, drops the held tokens and, with why, asks
+ * for a rewind. 0, or -1 (fenced or fatal). */
+int relay_eos_abort(struct relay *r, const char *why);
+/* Seconds until the open transaction is due for commit (0: now; large:
+ * nothing open, or inside a PostgreSQL transaction). */
+double relay_eos_due_in(const struct relay *r, double now);
+/* Says every 10 s while a Kafka transaction stays open well past
+ * --transaction-max-ms, with what it waits for (deliveries, the
+ * PostgreSQL commit): a relayer that stops confirming must say why. */
+void relay_eos_watch(struct relay *r, double now);
+/* Marks the relay fenced when the producer's fatal error says so. */
+void relay_eos_check_fenced(struct relay *r);
+/* Commits when due. 0 or -1 as relay_eos_commit. */
+int relay_eos_tick(struct relay *r);
+/* After each frame: notes a PostgreSQL commit's end (was_in_tx: the
+ * tracker was inside a transaction before the frame). */
+void relay_eos_after_frame(struct relay *r, bool was_in_tx, lsn_t wal_start);
+/* At the end of a session or on stop: commits what is whole, aborts what
+ * is not. */
+int relay_eos_end(struct relay *r);
+/* Once replication runs: the progress topic, the producer's init, the
+ * slot's progress. 0 to stream on; 1 when replication must start again
+ * from the progress (the tracker is raised to it); -2 retriable or -1
+ * fatal, err says why. */
+int relay_eos_prepare(struct relay *r, lsn_t started_at, char *err, size_t errlen);
+
 /* relay_sink.c */
 /* Serves delivery reports for at most timeout_ms, then the dead letters
  * they left. Every wait of the relay goes through here. */
@@ -142,7 +217,7 @@ int relay_dead_letter_change(void *ctx, uint64_t token, lsn_t lsn, const struct 
                              const char *value, size_t value_len, const char *why);
 
 /* relay_session.c */
-enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2 };
+enum session_rc { SESSION_STOP = 1, SESSION_REWIND = 2, SESSION_FENCED = 3 };
 /* Streams until stop, a fatal error, a rewind or a lost connection: an
  * enum session_rc, or a negative enum stream_rc (STREAM_FATAL with the
  * relay's error set, or a lost connection: stream_errstr says why). */

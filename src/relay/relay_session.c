@@ -23,6 +23,7 @@
 #include "relay_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <string.h>
@@ -127,6 +128,21 @@ static int turn_begin(struct relay *r)
     if (*r->stop)
         return SESSION_STOP;
     relay_serve(r, 0);
+    if (relay_eos_on(r)) {
+        /* exactly-once (relay_eos.c): a doomed transaction is aborted, and
+         * one open when a rewind is asked for, before the rewind waits for
+         * what is in flight; a fenced producer ends the session */
+        if (r->eos.abort_pending) {
+            char why[RELAY_ERRLEN];
+            snprintf(why, sizeof why, "%s", r->rewind_why);
+            relay_eos_abort(r, why);
+        } else if (r->rewind && sink_txn_open(r->sink)) {
+            relay_eos_abort(r, NULL);
+        }
+        relay_eos_check_fenced(r);
+        if (r->eos.fenced)
+            return SESSION_FENCED;
+    }
     if (r->fatal)
         return STREAM_FATAL;
     if (sink_fatal(r->sink)) {
@@ -155,7 +171,15 @@ static int read_frames(struct relay *r, bool *reading, bool *heard)
             return rc;
         *heard = true;
         tries = 0;
-        handle_frame(r, &msg);
+        if (relay_eos_on(r)) {
+            bool was_in_tx = tracker_in_tx(r->tracker);
+            handle_frame(r, &msg);
+            relay_eos_after_frame(r, was_in_tx, msg.wal_start);
+            if (relay_eos_tick(r) < 0 || r->eos.fenced || r->rewind)
+                break; /* turn_begin deals with it */
+        } else {
+            handle_frame(r, &msg);
+        }
         if (++n % READ_BATCH == 0) {
             relay_serve(r, 0);
             if (*r->stop)
@@ -191,6 +215,14 @@ static int keep_alive(struct relay *r, bool reading, bool heard, double *due)
     double live_due = liveness_due_in(&r->live, now);
     if (live_due < *due)
         *due = live_due;
+    if (relay_eos_on(r)) {
+        if (relay_eos_tick(r) < 0)
+            return r->eos.fenced ? 0 : STREAM_FATAL; /* fenced: turn_begin ends the session */
+        relay_eos_watch(r, mono_now());
+        double txn_due = relay_eos_due_in(r, mono_now());
+        if (txn_due < *due)
+            *due = txn_due;
+    }
     return 0;
 }
 

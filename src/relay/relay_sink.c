@@ -70,6 +70,9 @@ static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const c
     deadletter_build(&m, event_lsn, event_id, type, topic, key, key_len, value, value_len, error,
                      sink_max_message_bytes(r->sink));
     int rc = SINK_FULL;
+    if (relay_eos_on(r) && relay_eos_begin(r) < 0)
+        return r->eos.fenced ? 1 : -1; /* in the same transaction as its neighbours, or not
+                                          at all */
     while (rc == SINK_FULL && !*r->stop) {
         rc = deadletter_produce(r->sink, r->cfg->dead_letter_topic, &m, token);
         if (rc == SINK_FULL) {
@@ -81,6 +84,10 @@ static int dead_letter(struct relay *r, uint64_t token, lsn_t event_lsn, const c
         request_rewind(r, sink_err_class(r->sink),
                        "event_id=%s type=%s lsn=%s: cannot produce its dead letter to %s now: %s",
                        event_id, type, m.lsn, r->cfg->dead_letter_topic, sink_errstr(r->sink));
+        return 1;
+    }
+    if (rc != SINK_OK && relay_eos_on(r) && sink_fenced(r->sink)) {
+        relay_eos_check_fenced(r); /* standby (relay.c), not a failed dead letter */
         return 1;
     }
     if (rc != SINK_OK)
@@ -164,12 +171,58 @@ static void count_delivered(struct relay *r, uint64_t token, const struct sink_r
                             rep->ack_latency_us >= 0 ? (double) rep->ack_latency_us / 1e6 : -1);
 }
 
+/* --delivery exactly-once: a delivered event's token waits for its Kafka
+ * transaction's commit (relay_eos.c); a failed delivery dooms the
+ * transaction, which is aborted and produced again from the confirmed
+ * position, except a record the broker refuses by itself (poison): sent
+ * again it would be refused again, and sending it to the dead-letter topic
+ * instead would take a second decision for an event of a transaction
+ * already aborted, so the relayer stops with the reason. Reports of tokens
+ * from before the abort (purged, or delivered into the aborted
+ * transaction) are stale. */
+static void on_report_eos(struct relay *r, uint64_t token, const struct sink_report *rep)
+{
+    bool progress = token == PROGRESS_TOKEN;
+    if (rep->err == 0) {
+        if (!progress && tracker_token_live(r->tracker, token)) {
+            count_delivered(r, token, rep);
+            relay_eos_hold(r, token);
+        }
+        return;
+    }
+    if (!progress && !tracker_token_live(r->tracker, token))
+        return; /* stale: produced again since */
+    r->stats.delivery_errors++;
+    if (r->metrics)
+        metrics_delivery_error(r->metrics);
+    if (rep->poison) {
+        relay_set_fatal(r, "delivery failed for event_id=%s type=%s topic=%s: %s; with "
+                        "--delivery exactly-once a record the broker refuses aborts its "
+                        "transaction and cannot be dead-lettered after the fact. The slot stays "
+                        "at " LSN_FMT "; fix the record or the topic's limits and restart",
+                        rep->event_id, rep->event_type, rep->topic, rep->errstr,
+                        LSN_ARGS(tracker_confirmed(r->tracker)));
+        return;
+    }
+    if (!r->rewind) {
+        snprintf(r->rewind_why, sizeof r->rewind_why,
+                 "delivery failed for %s%s topic=%s: %s (%s)", progress ? "the progress record" :
+                 "event_id=", progress ? "" : rep->event_id, rep->topic, rep->errstr,
+                 kafka_err_class_name(rep->cls));
+        r->eos.abort_pending = true;
+    }
+}
+
 /* Gathers the facts of one report, asks report_judge, and does what the
  * verdict says; nothing here decides. A backfilled row's token is split
  * off first: it is tracked, without its bit, by the backfill's tracker. */
 void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
 {
     struct relay *r = ctx;
+    if (relay_eos_on(r)) {
+        on_report_eos(r, token, rep);
+        return;
+    }
     bool backfill = is_backfill(token);
     struct tracker *t = backfill ? r->bf_tracker : r->tracker;
     uint64_t tt = backfill ? token & ~BACKFILL_TOKEN : token;
@@ -297,6 +350,8 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
     int rc = SINK_FULL;
     if (sink_needs_ce_source(r->sink))
         set_ce_source(r);
+    if (relay_eos_on(r) && relay_eos_begin(r) < 0)
+        return 1; /* fenced or fatal: the session ends */
     while (rc == SINK_FULL && !*r->stop) {
         rc = sink_produce(r->sink, ev, token);
         if (rc == SINK_FULL) {
@@ -305,6 +360,8 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
         }
     }
     if (rc == SINK_OK) {
+        if (relay_eos_on(r))
+            relay_eos_produced(r);
         r->last_produced_lsn = ev->lsn;
         r->stats.events_produced++;
         if (r->metrics)
@@ -313,6 +370,10 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
     }
     if (rc == SINK_FULL)
         return 1; /* stopping; unconfirmed, so it is sent again next run */
+    if (relay_eos_on(r) && sink_fenced(r->sink)) {
+        relay_eos_check_fenced(r); /* the session ends: standby, not a fatal error */
+        return 1;
+    }
     struct report_facts f = {.backfill = is_backfill(token), .live = true,
                              .waits = rc == SINK_RETRY, .poison = rc == SINK_POISON,
                              .dead_letter_policy = r->cfg->on_poison == POISON_DEAD_LETTER,

@@ -119,9 +119,14 @@ def wait_confirmed(pg, r, lsn, timeout=CATCH_UP):
             raise AssertionError("relayer exited (rc=%s); log:\n%s" % (r.returncode, r.log_tail()))
         c = pg.confirmed_flush_lsn(SLOT)
         return c is not None and c >= lsn
-    wait_until(ok, timeout, interval=0.2,
-               message="the slot to confirm %s; relayer log tail:\n%s"
-               % (harness.int_to_lsn(lsn), r.log_tail()))
+    try:
+        wait_until(ok, timeout, interval=0.2,
+                   message="the slot to confirm %s" % harness.int_to_lsn(lsn))
+    except AssertionError as e:
+        if not str(e).startswith("timed out"):
+            raise  # the relayer exited: ok() said so, with its log
+        # the tail when it timed out, not when the wait began
+        raise AssertionError("%s; relayer log tail:\n%s" % (e, r.log_tail())) from None
 
 
 def verify(pg, bootstrap, topic, load, markers):

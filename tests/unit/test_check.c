@@ -339,8 +339,25 @@ static void test_command(void)
     config_free(&c);
 }
 
+/* --delivery exactly-once: the transaction timeout against the brokers'
+ * maximum, and the progress topic's cleanup policy. */
+static void test_exactly_once_verdicts(void)
+{
+    CHECK_EQ_INT(check_classify_txn_timeout(60000, 900000), CHECK_PASS);
+    CHECK_EQ_INT(check_classify_txn_timeout(900000, 900000), CHECK_WARN);
+    CHECK_EQ_INT(check_classify_txn_timeout(850000, 900000), CHECK_WARN);
+    CHECK_EQ_INT(check_classify_txn_timeout(60001, 60000), CHECK_FAIL);
+    CHECK_EQ_INT(check_classify_txn_timeout(60000, -1), CHECK_WARN);
+    CHECK_EQ_INT(check_classify_progress_policy("compact"), CHECK_PASS);
+    CHECK_EQ_INT(check_classify_progress_policy("compact,delete"), CHECK_PASS);
+    CHECK_EQ_INT(check_classify_progress_policy("delete"), CHECK_FAIL);
+    CHECK_EQ_INT(check_classify_progress_policy(""), CHECK_FAIL);
+    CHECK_EQ_INT(check_classify_progress_policy(NULL), CHECK_PASS);
+}
+
 int main(void)
 {
+    test_exactly_once_verdicts();
     test_report_and_formats();
     test_scrub();
     test_settings();

@@ -437,9 +437,49 @@ static void test_ident_ok(void)
     CHECK(!config_ident_ok(name, 64));
 }
 
+/* --delivery and its options: the defaults, the words, what is refused
+ * with exactly-once and what only exactly-once allows. */
+static void test_delivery(void)
+{
+    struct relay_config c;
+    char err[CONFIG_ERRLEN];
+    char *env[] = {NULL};
+    CHECK_EQ_INT(load(&c, env, err, 5, "--dsn", "dbname=d", "--brokers", "k:1"), CONFIG_OK);
+    CHECK_EQ_INT(c.delivery, DELIVERY_AT_LEAST_ONCE);
+    CHECK(strcmp(c.progress_topic, "__outbox_relay_progress") == 0);
+    CHECK_EQ_INT(c.transaction_max_events, 5000);
+    CHECK_EQ_INT(c.transaction_max_ms, 100);
+    config_free(&c);
+    char *eenv[] = {"OUTBOX_RELAY_DELIVERY=exactly-once", NULL};
+    CHECK_EQ_INT(load(&c, eenv, err, 9, "--dsn", "dbname=d", "--brokers", "k:1",
+                      "--transaction-max-events", "7", "--transaction-max-ms", "0"), CONFIG_OK);
+    CHECK_EQ_INT(c.delivery, DELIVERY_EXACTLY_ONCE);
+    CHECK_EQ_INT(c.transaction_max_events, 7);
+    CHECK_EQ_INT(c.transaction_max_ms, 0);
+    config_free(&c);
+
+    expect_error("--delivery expects at-least-once or exactly-once", 7, "--dsn", "dbname=x",
+                 "--brokers", "b", "--delivery", "twice");
+    expect_error("--backfill pending is refused with --delivery exactly-once", 9, "--dsn",
+                 "dbname=x", "--brokers", "b", "--delivery", "exactly-once", "--backfill",
+                 "pending");
+    expect_error("needs --delivery exactly-once", 7, "--dsn", "dbname=x", "--brokers", "b",
+                 "-X", "transactional.id=mine");
+    expect_error("--transaction-max-events must be between", 9, "--dsn", "dbname=x",
+                 "--brokers", "b", "--delivery", "exactly-once", "--transaction-max-events",
+                 "0");
+    expect_error("--transaction-max-ms must be between", 9, "--dsn", "dbname=x", "--brokers",
+                 "b", "--delivery", "exactly-once", "--transaction-max-ms", "-1");
+    expect_error("--progress-topic", 7, "--dsn", "dbname=x", "--brokers", "b",
+                 "--progress-topic", "a{type}");
+    expect_error("must differ", 11, "--dsn", "dbname=x", "--brokers", "b", "--delivery",
+                 "exactly-once", "--progress-topic", "dl", "--dead-letter-topic", "dl");
+}
+
 int main(void)
 {
     test_ha_flags();
+    test_delivery();
     test_ident_ok();
     test_layouts();
     test_defaults();

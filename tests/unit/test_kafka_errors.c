@@ -78,5 +78,28 @@ int main(void)
     CHECK(!kafka_err_batch_refusal(RD_KAFKA_RESP_ERR_INVALID_RECORD));
     CHECK(!kafka_err_batch_refusal(RD_KAFKA_RESP_ERR_NO_ERROR));
 
+    /* The transactional producer's failures (exactly-once). */
+    CHECK_EQ_INT(kafka_txn_classify(0, false, false, false), KAFKA_TXN_OK);
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR__FENCED, false, false, true),
+                 KAFKA_TXN_FENCED);
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR_PRODUCER_FENCED, false, false, true),
+                 KAFKA_TXN_FENCED);
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH, false, true, false),
+                 KAFKA_TXN_FENCED);
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR__FATAL, false, false, false),
+                 KAFKA_TXN_FATAL);
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                    false, false, true), KAFKA_TXN_FATAL);
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR__TIMED_OUT, true, true, false),
+                 KAFKA_TXN_ABORT); /* abortable wins over retriable */
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR__TIMED_OUT, true, false, false),
+                 KAFKA_TXN_RETRY);
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR__STATE, false, false, false),
+                 KAFKA_TXN_ABORT);
+    CHECK_EQ_INT(kafka_txn_classify(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, false, true, true),
+                 KAFKA_TXN_FATAL); /* fatal wins over abortable */
+    CHECK(kafka_err_fenced(RD_KAFKA_RESP_ERR_PRODUCER_FENCED));
+    CHECK(!kafka_err_fenced(RD_KAFKA_RESP_ERR__FATAL));
+
     CHECK_DONE();
 }

@@ -26,6 +26,10 @@
 
 enum relay_command { RELAY_CMD_RUN = 0, RELAY_CMD_REAP, RELAY_CMD_STATUS, RELAY_CMD_CHECK };
 enum poison_policy { POISON_HALT = 0, POISON_DEAD_LETTER };
+/* --delivery: at-least-once (the slot is confirmed on delivery reports) or
+ * exactly-once (Kafka transactions with a progress record,
+ * progress_record.h; the slot is confirmed after each Kafka commit). */
+enum delivery_mode { DELIVERY_AT_LEAST_ONCE = 0, DELIVERY_EXACTLY_ONCE };
 /* PLUGIN_AUTO (no --plugin): an existing slot keeps its plugin, a new one
  * is made with wal2json where the server allows and has it, otherwise with
  * pgoutput (plugin.h). The relayer resolves it to one of the other two
@@ -71,6 +75,11 @@ struct relay_config {
     double reconnect_max;      /* seconds: cap of the reconnect backoff */
     enum poison_policy on_poison;
     char *dead_letter_topic;
+    enum delivery_mode delivery;  /* --delivery */
+    char *progress_topic;         /* exactly-once: the compacted progress topic */
+    long transaction_max_events;  /* exactly-once: close a Kafka transaction at the first
+                                     PostgreSQL commit after this many events */
+    long transaction_max_ms;      /* ... or after it was open this long (ms) */
     char *retention;           /* PostgreSQL interval text; "0" = reaper off */
     long reap_batch;
     double reap_interval;      /* seconds between reaper runs */

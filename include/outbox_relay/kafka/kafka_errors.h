@@ -60,4 +60,30 @@ bool kafka_err_batch_refusal(int err);
  * the label the metrics and logs use. */
 const char *kafka_err_class_name(enum kafka_err_class c);
 
+/* What a failed call of the transactional producer (init, begin, commit,
+ * abort, or a fatal error of the producer itself) means, from the
+ * rd_kafka_error_t's flags and code (--delivery exactly-once):
+ *   KAFKA_TXN_RETRY   retriable: call the same function again;
+ *   KAFKA_TXN_ABORT   the transaction must be aborted, then everything
+ *                     after the last committed progress is produced again;
+ *   KAFKA_TXN_FENCED  another producer with our transactional.id (a replica
+ *                     that took over) initialised after us: this one stops
+ *                     producing for good and goes standby;
+ *   KAFKA_TXN_FATAL   anything else fatal: stop without confirming.
+ * Fencing is told by its codes (librdkafka's _FENCED, the broker's
+ * PRODUCER_FENCED and INVALID_PRODUCER_EPOCH), whatever the flags; fatal
+ * wins over abortable, abortable over retriable. */
+enum kafka_txn_verdict {
+    KAFKA_TXN_OK = 0,
+    KAFKA_TXN_RETRY,
+    KAFKA_TXN_ABORT,
+    KAFKA_TXN_FENCED,
+    KAFKA_TXN_FATAL
+};
+enum kafka_txn_verdict kafka_txn_classify(int code, bool retriable, bool requires_abort,
+                                          bool fatal);
+
+/* Whether code says this producer was fenced by a newer one. */
+bool kafka_err_fenced(int code);
+
 #endif

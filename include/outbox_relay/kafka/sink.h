@@ -88,6 +88,10 @@ struct sink_options {
     int envelope;               /* enum event_envelope (event_headers.h) */
     const char *ce_source;      /* cloudevents: ce_source (copied); NULL:
                                    set later with sink_set_ce_source */
+    const char *transactional_id; /* NULL: not transactional; else the
+                                   producer's transactional.id (sink_txn_*) */
+    int transaction_timeout_ms; /* with transactional_id: transaction.timeout.ms
+                                   (0: 60000); -X may override both */
     const char *const *kafka;   /* -X properties: nkafka (key, value) pairs,
                                    in order given; read only by sink_new */
     size_t nkafka;
@@ -114,6 +118,33 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
 int sink_produce_raw(struct sink *sk, const char *topic, const char *key, size_t key_len,
                      const char *value, size_t value_len, const char *const *headers,
                      size_t nheaders, uint64_t token);
+
+/* sink_produce_raw to one partition (RD_KAFKA_PARTITION_UA: the
+ * partitioner's choice). */
+int sink_produce_raw_to(struct sink *sk, const char *topic, int32_t partition, const char *key,
+                        size_t key_len, const char *value, size_t value_len,
+                        const char *const *headers, size_t nheaders, uint64_t token);
+
+/* Transactions (--delivery exactly-once; sink_txn.c), for a sink made with
+ * a transactional_id. Each returns an enum kafka_txn_verdict
+ * (kafka_errors.h): KAFKA_TXN_OK, or what the failure means, with the
+ * message in sink_errstr(). They block up to timeout_ms, serving delivery
+ * reports meanwhile (the report callback may run inside them).
+ *   init    once per producer, before anything is produced: fences every
+ *           older producer with the same transactional.id and aborts its
+ *           open transaction;
+ *   begin   starts a transaction (local, does not block);
+ *   commit  flushes what was produced since begin and commits it;
+ *   abort   purges and aborts it: its messages' reports fail. */
+int sink_txn_init(struct sink *sk, int timeout_ms);
+int sink_txn_begin(struct sink *sk);
+int sink_txn_commit(struct sink *sk, int timeout_ms);
+int sink_txn_abort(struct sink *sk, int timeout_ms);
+/* True between a successful begin and the end of the transaction. */
+bool sink_txn_open(const struct sink *sk);
+/* True once the producer was fenced by a newer one with its transactional
+ * id (sink_fatal() is then true too): a replica that took over. */
+bool sink_fenced(const struct sink *sk);
 
 /* Serves delivery reports and producer events for at most timeout_ms.
  * Returns the number of events served. The event pipe (sink_fd) is drained

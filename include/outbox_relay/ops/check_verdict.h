@@ -111,4 +111,14 @@ enum check_status check_record_fits(long long max_payload, long long limit);
  * otherwise. */
 enum check_status check_classify_replication(int rf, int min_isr);
 
+/* --delivery exactly-once: the producer's transaction.timeout.ms against
+ * the brokers' transaction.max.timeout.ms (-1: unknown → WARN). Above it
+ * the broker refuses init_transactions (FAIL); within a tenth of it, WARN
+ * (a later lowering of the broker's setting stops the relayer). */
+enum check_status check_classify_txn_timeout(long long ours_ms, long long broker_max_ms);
+/* The progress topic's cleanup.policy: "compact" (or "compact,delete")
+ * PASS, anything else FAIL; NULL (the topic does not exist) PASS, as the
+ * relayer creates it compacted. */
+enum check_status check_classify_progress_policy(const char *policy);
+
 #endif

@@ -61,6 +61,8 @@ struct slot {
                                    a standby --dsn; NULL or "" none */
     bool in_recovery;           /* the server is a standby (slot_lookup) */
     unsigned timeline; /* the server's, from IDENTIFY_SYSTEM (slot_check_server) */
+    char system_id[32]; /* the cluster's system identifier, from the same;
+                           "" until then. A promoted standby keeps it. */
     int dead_pid; /* walsender of our last streaming connection, closed since
                      (it may still hold the slot: see slot_lookup) */
     char *err;    /* where failures are said (the stream's errstr) */

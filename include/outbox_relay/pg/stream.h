@@ -131,6 +131,10 @@ bool stream_connected(const struct stream *s);
 /* The database the connection is to (PQdb), or NULL when not connected. */
 const char *stream_database(const struct stream *s);
 
+/* The server's system identifier (IDENTIFY_SYSTEM) of the last connection,
+ * or NULL before the first; owned by the stream. */
+const char *stream_system_id(const struct stream *s);
+
 /* True while replication is running on the connection (not while a standby
  * merely keeps its connection to look at the slot). */
 bool stream_streaming(const struct stream *s);

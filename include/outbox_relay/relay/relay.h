@@ -29,6 +29,7 @@ struct relay_stats {
     uint64_t reconnects;
     uint64_t rewinds; /* re-productions from the confirmed position after a
                          delivery error that is waited out */
+    uint64_t fenced;  /* exactly-once: times another replica fenced this one */
     lsn_t received_lsn;
     lsn_t confirmed_lsn;
 };
