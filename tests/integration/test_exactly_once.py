@@ -140,7 +140,8 @@ def read_committed(bootstrap, topics, timeout=120):
     from confluent_kafka import Consumer, KafkaError, TopicPartition, OFFSET_BEGINNING
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-" + uuid.uuid4().hex[:8],
                   "enable.auto.commit": False, "log_level": 3, "fetch.wait.max.ms": 100,
-                  "isolation.level": "read_committed", "enable.partition.eof": True})
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "auto.offset.reset": "earliest"})  # as kafka_io._consumer_conf says
     out = []
     deadline = time.monotonic() + timeout
     try:
