@@ -31,7 +31,10 @@
  * purged, and every message of the stopped producer is reported. The sink
  * is then "stopped at a gap" (not fatal): the caller rewinds, and the next
  * produce, once nothing of the old producer is in flight, replaces it
- * (stopped_at_gap, renew) from the configuration kept for that.
+ * (stopped_at_gap, renew) from the configuration kept for that. A producer
+ * that lost its sequence state (a fatal OUT_OF_ORDER_SEQUENCE_NUMBER,
+ * UNKNOWN_PRODUCER_ID: renewable_fatal) is stopped and replaced the same
+ * way, instead of the relayer exiting for a supervisor to restart it.
  *
  * The hot path is measured (bench/run.sh; the history is in
  * docs/benchmarks.md, "What was changed"): events go out through a topic
@@ -117,7 +120,7 @@ struct sink {
     bool at_gap; /* the producer stopped at a refused batch: replaced once
                     nothing of it is in flight (see the top of this file) */
     bool closing;
-    unsigned long long renewals; /* producers replaced at a gap */
+    unsigned long long renewals; /* producers replaced at a gap or a lost sequence */
     bool brokers_up;
     double auth_logged_at; /* monotonic s of the last authentication error logged */
     const char *last_topic; /* a cached handle's name, or last_topic_buf */
@@ -198,13 +201,30 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     return rd_kafka_interceptor_add_on_acknowledgement(rk, "outbox-relay", on_ack, ic_opaque);
 }
 
-/* Whether the producer stopped at a gap (its first fatal error is the
- * gapless guarantee's): set before the reports of the refused batch and of
- * everything behind it are queued. */
+/* The fatal errors after which a new idempotent producer, sent everything
+ * not yet confirmed again, is all a restart of the process would do: the
+ * gapless guarantee's stop, and the producer's sequence state lost (librdkafka
+ * 2.0.2 raises OUT_OF_ORDER_SEQUENCE_NUMBER for a "sequence
+ * desynchronization", e.g. after NOT_ENOUGH_REPLICAS while a restarted
+ * cluster refills its ISRs (librdkafka issue 4438), UNKNOWN_PRODUCER_ID
+ * when the broker lost the producer's state, __INCONSISTENT for its own
+ * bookkeeping). Anything else fatal stops the relayer. */
+static bool renewable_fatal(rd_kafka_resp_err_t code)
+{
+    return code == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE ||
+           code == RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER ||
+           code == RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID ||
+           code == RD_KAFKA_RESP_ERR__INCONSISTENT;
+}
+
+/* Whether the producer stopped at a gap: its first fatal error is the
+ * gapless guarantee's, or a lost sequence state (renewable_fatal); set
+ * before the reports of the refused batch and of everything behind it are
+ * queued. */
 static bool stopped_at_gap(rd_kafka_t *rk)
 {
     char buf[8];
-    return rd_kafka_fatal_error(rk, buf, sizeof buf) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
+    return renewable_fatal(rd_kafka_fatal_error(rk, buf, sizeof buf));
 }
 
 /* The errors of the records behind a gap. */
@@ -299,6 +319,14 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
                      "flight have reported", buf, sk->inflight);
             return;
         }
+        if (renewable_fatal(orig)) {
+            sk->at_gap = true;
+            log_warn("kafka: fatal idempotent producer error %s: %s; the producer has lost its "
+                     "sequence state and is replaced by a new one once its %zu deliveries in "
+                     "flight have reported; what was not confirmed is sent again (duplicates, "
+                     "never a loss or a reorder)", rd_kafka_err2name(orig), buf, sk->inflight);
+            return;
+        }
         snprintf(sk->errstr, sizeof sk->errstr, "fatal Kafka producer error %s: %s",
                  rd_kafka_err2name(orig), buf);
         sk->fatal = true;
@@ -382,9 +410,9 @@ static int renew_at_gap(struct sink *sk)
 {
     if (sk->inflight > 0) {
         snprintf(sk->errstr, sizeof sk->errstr,
-                 "the Kafka producer stopped at a batch the broker refused, so that nothing "
-                 "behind it is written out of order; it is replaced once its %zu deliveries in "
-                 "flight have reported", sk->inflight);
+                 "the Kafka producer stopped (a batch the broker refused, or its sequence "
+                 "state lost), so that nothing is written out of order; it is replaced once "
+                 "its %zu deliveries in flight have reported", sk->inflight);
         sk->err_class = KAFKA_ERR_RETRIABLE;
         return SINK_RETRY;
     }
@@ -399,8 +427,8 @@ static int renew_at_gap(struct sink *sk)
     sk->at_gap = false;
     sk->brokers_up = true;
     sk->renewals++;
-    log_info("kafka: the producer stopped at a refused batch is replaced by a new one "
-             "(%llu so far)", (unsigned long long) sk->renewals);
+    log_info("kafka: the producer stopped at a refused batch or a lost sequence is replaced "
+             "by a new one (%llu so far)", (unsigned long long) sk->renewals);
     return SINK_OK;
 }
 
@@ -545,8 +573,8 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
     if (e == RD_KAFKA_RESP_ERR__FATAL && !sk->fatal && stopped_at_gap(sk->rk)) {
         /* Said before the renewal, which frees the topic's name. */
         snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s topic=%s: not produced: the Kafka "
-                 "producer stopped at a batch the broker refused, and this event goes out "
-                 "again after it", event_id, topic);
+                 "producer stopped (a batch the broker refused, or its sequence state lost), "
+                 "and this event goes out again on a new one", event_id, topic);
         sk->at_gap = true;
         if (renew_at_gap(sk) == SINK_FATAL)
             return SINK_FATAL;
