@@ -24,7 +24,8 @@ int kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, ch
 /* Called from librdkafka's threads: log_msg is thread-safe. librdkafka
  * warns at every start that enable.gapless.guarantee is experimental; the
  * producer sets it on purpose (sink.c), so that warning is dropped, and
- * so is its stop at a gap, which the sink logs with what it does. */
+ * so are its stop at a gap and a lost sequence, which the sink logs with
+ * what it does. */
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     enum log_level l = level <= 3 ? LOG_LEVEL_ERROR
@@ -33,9 +34,13 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
                                   : LOG_LEVEL_DEBUG;
     if (strcmp(fac, "CONFWARN") == 0 && strstr(buf, "enable.gapless.guarantee is experimental"))
         return;
-    /* The gapless guarantee's stop is not fatal to us: the sink says what
-     * it does about it (sink.c, on_error). */
-    if (strcmp(fac, "FATAL") == 0 && strstr(buf, "unable to satisfy gap-less guarantee"))
+    /* The gapless guarantee's stop and a lost producer sequence are not
+     * fatal to us: the sink says what it does about them, with this text
+     * (sink.c, on_error, renewable_fatal). */
+    if (strcmp(fac, "FATAL") == 0 &&
+        (strstr(buf, "unable to satisfy gap-less guarantee") ||
+         strstr(buf, "due to sequence desynchronization") ||
+         strstr(buf, "with rewound sequence number") || strstr(buf, "due to unknown producer id")))
         return;
     if (log_enabled(l))
         log_msg(l, "kafka %s: %s", fac, buf);

@@ -32,7 +32,10 @@
  * purged, and every message of the stopped producer is reported. The sink
  * is then "stopped at a gap" (not fatal): the caller rewinds, and the next
  * produce, once nothing of the old producer is in flight, replaces it
- * (stopped_at_gap, renew) from the configuration kept for that.
+ * (stopped_at_gap, renew) from the configuration kept for that. A producer
+ * that lost its sequence state (a fatal OUT_OF_ORDER_SEQUENCE_NUMBER,
+ * UNKNOWN_PRODUCER_ID: renewable_fatal) is stopped and replaced the same
+ * way, instead of the relayer exiting for a supervisor to restart it.
  *
  * The hot path is measured (bench/run.sh; the history is in
  * docs/benchmarks.md, "What was changed"): events go out through a topic
@@ -135,13 +138,31 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, v
     return rd_kafka_interceptor_add_on_acknowledgement(rk, "outbox-relay", on_ack, ic_opaque);
 }
 
-/* Whether the producer stopped at a gap (its first fatal error is the
- * gapless guarantee's): set before the reports of the refused batch and of
- * everything behind it are queued. */
-static bool stopped_at_gap(rd_kafka_t *rk)
+/* The fatal errors after which a new idempotent producer, sent everything
+ * not yet confirmed again, is all a restart of the process would do: the
+ * gapless guarantee's stop, and the producer's sequence state lost (librdkafka
+ * 2.0.2 raises OUT_OF_ORDER_SEQUENCE_NUMBER for a "sequence
+ * desynchronization", e.g. after NOT_ENOUGH_REPLICAS while a restarted
+ * cluster refills its ISRs (librdkafka issue 4438), UNKNOWN_PRODUCER_ID
+ * when the broker lost the producer's state, __INCONSISTENT for its own
+ * bookkeeping). Anything else fatal stops the relayer, and so does any
+ * fatal error of the transactional producer (sink_txn.c). */
+static bool renewable_fatal(rd_kafka_resp_err_t code)
+{
+    return code == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE ||
+           code == RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER ||
+           code == RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID ||
+           code == RD_KAFKA_RESP_ERR__INCONSISTENT;
+}
+
+/* Whether the producer stopped at a gap: its first fatal error is the
+ * gapless guarantee's, or a lost sequence state (renewable_fatal); set
+ * before the reports of the refused batch and of everything behind it are
+ * queued. */
+static bool stopped_at_gap(const struct sink *sk, rd_kafka_t *rk)
 {
     char buf[8];
-    return rd_kafka_fatal_error(rk, buf, sizeof buf) == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
+    return !sk->txn && renewable_fatal(rd_kafka_fatal_error(rk, buf, sizeof buf));
 }
 
 /* The errors of the records behind a gap. */
@@ -189,7 +210,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
      * after the rewind, on a new producer. The refused batch's own records
      * keep their error and its class (poison, authorization, fatal). */
     enum kafka_err_class cls = kafka_err_classify(m->err);
-    if (behind_gap(m->err) && (sk->at_gap || stopped_at_gap(rk)))
+    if (behind_gap(m->err) && (sk->at_gap || stopped_at_gap(sk, rk)))
         cls = KAFKA_ERR_RETRIABLE;
     struct sink_report rep = {
         .err = m->err,
@@ -234,6 +255,15 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
             log_warn("kafka: %s; the producer stops there so that nothing behind the refused "
                      "batch is written before it, and is replaced once its %zu deliveries in "
                      "flight have reported", buf, sk->inflight);
+            return;
+        }
+        /* The transactional producer's fatal errors are sink_txn.c's. */
+        if (!sk->txn && renewable_fatal(orig)) {
+            sk->at_gap = true;
+            log_warn("kafka: fatal idempotent producer error %s: %s; the producer has lost its "
+                     "sequence state and is replaced by a new one once its %zu deliveries in "
+                     "flight have reported; what was not confirmed is sent again (duplicates, "
+                     "never a loss or a reorder)", rd_kafka_err2name(orig), buf, sk->inflight);
             return;
         }
         snprintf(sk->errstr, sizeof sk->errstr, "fatal Kafka producer error %s: %s",
@@ -320,9 +350,9 @@ static int renew_at_gap(struct sink *sk)
 {
     if (sk->inflight > 0) {
         snprintf(sk->errstr, sizeof sk->errstr,
-                 "the Kafka producer stopped at a batch the broker refused, so that nothing "
-                 "behind it is written out of order; it is replaced once its %zu deliveries in "
-                 "flight have reported", sk->inflight);
+                 "the Kafka producer stopped (a batch the broker refused, or its sequence "
+                 "state lost), so that nothing is written out of order; it is replaced once "
+                 "its %zu deliveries in flight have reported", sk->inflight);
         sk->err_class = KAFKA_ERR_RETRIABLE;
         return SINK_RETRY;
     }
@@ -337,8 +367,8 @@ static int renew_at_gap(struct sink *sk)
     sk->at_gap = false;
     sk->brokers_up = true;
     sk->renewals++;
-    log_info("kafka: the producer stopped at a refused batch is replaced by a new one "
-             "(%llu so far)", (unsigned long long) sk->renewals);
+    log_info("kafka: the producer stopped at a refused batch or a lost sequence is replaced "
+             "by a new one (%llu so far)", (unsigned long long) sk->renewals);
     return SINK_OK;
 }
 
@@ -498,11 +528,11 @@ static int produce_err(struct sink *sk, rd_kafka_resp_err_t e, const char *topic
              event_id, topic, rd_kafka_err2str(e), rd_kafka_err2name(e));
     sk->err_class = kafka_err_classify(e);
     /* Stopped at a gap, and its error callback not served yet. */
-    if (e == RD_KAFKA_RESP_ERR__FATAL && !sk->fatal && stopped_at_gap(sk->rk)) {
+    if (e == RD_KAFKA_RESP_ERR__FATAL && !sk->fatal && stopped_at_gap(sk, sk->rk)) {
         /* Said before the renewal, which frees the topic's name. */
         snprintf(sk->errstr, sizeof sk->errstr, "event_id=%s topic=%s: not produced: the Kafka "
-                 "producer stopped at a batch the broker refused, and this event goes out "
-                 "again after it", event_id, topic);
+                 "producer stopped (a batch the broker refused, or its sequence state lost), "
+                 "and this event goes out again on a new one", event_id, topic);
         sk->at_gap = true;
         if (renew_at_gap(sk) == SINK_FATAL)
             return SINK_FATAL;
@@ -781,7 +811,7 @@ int sink_poll(struct sink *sk, int timeout_ms)
     /* Behind a gap, librdkafka sends nothing more, and what it queues
      * again for a retry would wait there for good: purged, so that every
      * message of the stopped producer is reported. */
-    if ((sk->at_gap || stopped_at_gap(sk->rk)) && sk->inflight > 0)
+    if ((sk->at_gap || stopped_at_gap(sk, sk->rk)) && sk->inflight > 0)
         rd_kafka_purge(sk->rk, RD_KAFKA_PURGE_F_QUEUE);
     return rd_kafka_poll(sk->rk, timeout_ms);
 }

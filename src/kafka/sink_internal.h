@@ -73,7 +73,7 @@ struct sink {
     bool at_gap; /* the producer stopped at a refused batch: replaced once
                     nothing of it is in flight (see the top of sink.c) */
     bool closing;
-    unsigned long long renewals; /* producers replaced at a gap */
+    unsigned long long renewals; /* producers replaced at a gap or a lost sequence */
     bool brokers_up;
     double auth_logged_at; /* monotonic s of the last authentication error logged */
     const char *last_topic; /* a cached handle's name, or last_topic_buf */
