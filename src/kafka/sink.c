@@ -42,6 +42,7 @@
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +113,7 @@ struct sink {
     void *ctx;
     size_t inflight;
     size_t inflight_bytes;
+    unsigned long long reports; /* delivery reports served, any outcome */
     size_t max_message_bytes;
     bool fatal;
     bool at_gap; /* the producer stopped at a refused batch: replaced once
@@ -224,6 +226,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     int64_t ack_latency_us = atomic_load_explicit(&msg->ack_latency_us, memory_order_relaxed);
     msg_put(sk, msg);
     size_t bytes = m->len + m->key_len;
+    sk->reports++;
     sk->inflight--;
     sk->inflight_bytes -= bytes < sk->inflight_bytes ? bytes : sk->inflight_bytes;
     if (sk->closing)
@@ -846,6 +849,65 @@ int sink_flush(struct sink *sk, int timeout_ms)
 size_t sink_inflight(const struct sink *sk)
 {
     return sk->inflight;
+}
+
+unsigned long long sink_reports(const struct sink *sk)
+{
+    return sk->reports;
+}
+
+/* Appends to buf at *n what fits of the formatted text. */
+__attribute__((format(printf, 4, 5)))
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+{
+    if (*n >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *n, cap - *n, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        *n += (size_t) k < cap - *n ? (size_t) k : cap - *n - 1;
+}
+
+const char *sink_describe(struct sink *sk, int timeout_ms, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    append(buf, cap, &n, "%d in librdkafka's queues", rd_kafka_outq_len(sk->rk));
+    const struct rd_kafka_metadata *md = NULL;
+    double t0 = mono_now();
+    rd_kafka_resp_err_t e = rd_kafka_metadata(sk->rk, 0, NULL, &md, timeout_ms);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        append(buf, cap, &n, "; no broker answered a metadata request within %d ms (%s)",
+               timeout_ms, rd_kafka_err2str(e));
+        return buf;
+    }
+    append(buf, cap, &n, "; metadata from broker %d (%s) in %.0f ms: brokers", md->orig_broker_id,
+           md->orig_broker_name, (mono_now() - t0) * 1000);
+    for (int i = 0; i < md->broker_cnt; i++)
+        append(buf, cap, &n, "%s %d %s:%d", i ? "," : "", md->brokers[i].id,
+               md->brokers[i].host, md->brokers[i].port);
+    int partitions = 0, leaderless = 0;
+    for (int t = 0; t < md->topic_cnt; t++) {
+        const struct rd_kafka_metadata_topic *tp = &md->topics[t];
+        if (tp->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            append(buf, cap, &n, "; topic %s: %s", tp->topic, rd_kafka_err2str(tp->err));
+            continue;
+        }
+        for (int p = 0; p < tp->partition_cnt; p++) {
+            partitions++;
+            if (tp->partitions[p].leader < 0 || tp->partitions[p].err != 0) {
+                if (leaderless++ < 8)
+                    append(buf, cap, &n, "; %s [%d] has no leader (%s)", tp->topic,
+                           tp->partitions[p].id, rd_kafka_err2str(tp->partitions[p].err));
+            }
+        }
+    }
+    append(buf, cap, &n, "; %d topic(s), %d partition(s), %d without a leader", md->topic_cnt,
+           partitions, leaderless);
+    rd_kafka_metadata_destroy(md);
+    return buf;
 }
 
 size_t sink_inflight_bytes(const struct sink *sk)
