@@ -464,6 +464,13 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
          * (measured: docs/benchmarks.md). */
         kafka_conf_set(conf, "linger.ms", "0", err, errlen) < 0 ||
         kafka_conf_set(conf, "socket.nagle.disable", "true", err, errlen) < 0 ||
+        /* A broker that is down is tried again with a backoff that doubles
+         * up to this (librdkafka's default: 10 s). After a whole-cluster
+         * outage, deliveries resume only once the client reconnects to the
+         * leaders: with 10 s the brokers sat up to 10 s unused (seen in the
+         * real-cluster chaos run, docs/failure-modes.md). One connection
+         * attempt a second per broker while it is down costs nothing. */
+        kafka_conf_set(conf, "reconnect.backoff.max.ms", "1000", err, errlen) < 0 ||
         kafka_conf_route_log(conf, err, errlen) < 0)
         goto fail;
     for (size_t i = 0; i < opts->nkafka; i++)
