@@ -895,24 +895,35 @@ const char *sink_describe(struct sink *sk, int timeout_ms, char *buf, size_t cap
     for (int i = 0; i < md->broker_cnt; i++)
         append(buf, cap, &n, "%s %d %s:%d", i ? "," : "", md->brokers[i].id,
                md->brokers[i].host, md->brokers[i].port);
+    /* Counted first, so that the count survives a truncated list. */
     int partitions = 0, leaderless = 0;
+    rd_kafka_resp_err_t why = RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (int t = 0; t < md->topic_cnt; t++)
+        for (int p = 0; md->topics[t].err == 0 && p < md->topics[t].partition_cnt; p++) {
+            const struct rd_kafka_metadata_partition *mp = &md->topics[t].partitions[p];
+            partitions++;
+            if (mp->leader < 0 || mp->err != 0) {
+                if (leaderless++ == 0)
+                    why = mp->err;
+            }
+        }
+    append(buf, cap, &n, "; %d topic(s), %d partition(s), %d without a leader", md->topic_cnt,
+           partitions, leaderless);
+    int listed = 0;
     for (int t = 0; t < md->topic_cnt; t++) {
         const struct rd_kafka_metadata_topic *tp = &md->topics[t];
         if (tp->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             append(buf, cap, &n, "; topic %s: %s", tp->topic, rd_kafka_err2str(tp->err));
             continue;
         }
-        for (int p = 0; p < tp->partition_cnt; p++) {
-            partitions++;
-            if (tp->partitions[p].leader < 0 || tp->partitions[p].err != 0) {
-                if (leaderless++ < 8)
-                    append(buf, cap, &n, "; %s [%d] has no leader (%s)", tp->topic,
-                           tp->partitions[p].id, rd_kafka_err2str(tp->partitions[p].err));
-            }
-        }
+        for (int p = 0; p < tp->partition_cnt && listed < 16; p++)
+            if (tp->partitions[p].leader < 0 || tp->partitions[p].err != 0)
+                append(buf, cap, &n, "%s%s [%d]", listed++ ? ", " : " (", tp->topic,
+                       tp->partitions[p].id);
     }
-    append(buf, cap, &n, "; %d topic(s), %d partition(s), %d without a leader", md->topic_cnt,
-           partitions, leaderless);
+    if (listed > 0)
+        append(buf, cap, &n, "%s: %s)", listed < leaderless ? ", ..." : "",
+               rd_kafka_err2str(why));
     rd_kafka_metadata_destroy(md);
     return buf;
 }

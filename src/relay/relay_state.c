@@ -115,7 +115,7 @@ void relay_watch_deliveries(struct relay *r)
     size_t inflight = sink_inflight(r->sink);
     switch (delivery_watch_check(&r->dwatch, inflight, sink_reports(r->sink), now)) {
     case DELIVERY_WATCH_STUCK: {
-        char why[1024];
+        char why[1536];
         int64_t oldest = tracker_oldest_stamp(r->tracker);
         double age = oldest ? (double) (wall_now_us() - oldest) / 1e6 : 0;
         log_warn("kafka: %zu deliveries in flight and no delivery report for %.0f s; nothing "
