@@ -70,6 +70,7 @@ import random
 import re
 import shlex
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -414,6 +415,26 @@ def pg_proxy(pg, tmp_path):
     p.cleanup()
 
 
+# librdkafka before 2.3.0 (issue 4438): after an error that leaves a batch
+# not persisted (NOT_ENOUGH_REPLICAS while a restarted cluster refills its
+# ISRs), the idempotent producer may expect the wrong next sequence number,
+# and the broker's OUT_OF_ORDER_SEQUENCE_NUMBER is then fatal ("sequence
+# desynchronization"). The relayer stops on it with exit 1, as specified
+# (test_fatal.py; docs/failure-modes.md), and a restart sends everything
+# again. Seen once in six real-cluster runs at load ~35 here.
+DESYNC = re.compile(r"error fatal Kafka producer error OUT_OF_ORDER_SEQUENCE_NUMBER: .*"
+                    r"sequence desynchronization")
+DESYNC_FIXED = (2, 3, 0)
+
+
+def relayer_librdkafka(binary):
+    """The librdkafka version the relayer was built with, as a tuple."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                         timeout=30).stdout
+    m = re.search(r"^librdkafka (\d+)\.(\d+)\.(\d+)", out, re.MULTILINE)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
 def count_reconnects(r):
     return len(re.findall(r"reconnecting \(", r.log_text()))
 
@@ -424,10 +445,6 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
 
 # On 15 only (both plugins): four JVMs of its own per run, and the mock run
 # covers every major.
-@pytest.mark.skip(reason="open (issue 26 note): in a CI run on a machine at load ~50 the brokers "
-                  "took 160 s to come back after the outage, and then no delivery was confirmed "
-                  "for 90 s after every partition was back in full ISR (the relayer logged "
-                  "nothing in that time); 6.7-8.7 s on a quiet machine")
 @pytest.mark.pg_majors(15)
 def test_chaos_on_a_real_cluster(pg, own_kafka_cluster, pg_proxy, relayer):
     chaos(pg, ClusterFaults(own_kafka_cluster), pg_proxy, relayer)
@@ -724,17 +741,32 @@ def chaos(pg, broker, pg_proxy, relayer):
           % (t0 - t_begin, t_produced - t0, t_caught_up - t_produced, t_read - t_caught_up,
              t_end - t_read, t_end - t_begin))
 
+    # What was delivered is checked first, whatever else happened.
+    assert not missing, "%d committed events never arrived, e.g. %s" % (len(missing), sorted(missing)[:10])
+    assert not leaked, "%d rolled-back events published, e.g. %s" % (len(leaked), leaked[:3])
+    assert not foreign, "%d records that are no committed row, e.g. %s" % (len(foreign), foreign[:3])
+    assert not mismatched, "records differ from their rows: %s" % mismatched[:5]
+    assert not order_errors, "per-aggregate order broken:\n%s" % "\n".join(order_errors[:10])
+    # Then that the relayer lived through everything: an exit of librdkafka
+    # issue 4438 (DESYNC above) is an expected failure, and reported as one,
+    # only with a librdkafka that has the bug and when it is the only cause.
+    by_pid = {p.pid: p for p in sup.procs}
+    desync = [u for u in sup.unexpected if u[1] == 1 and DESYNC.search(by_pid[u[0]].log_text())]
+    if desync and len(desync) == len(sup.unexpected):
+        version = relayer_librdkafka(sup.relayer.binary)
+        if version is not None and version < DESYNC_FIXED:
+            print("chaos: %d exit(s) on librdkafka %s's sequence desynchronization (issue 4438): "
+                  "%s" % (len(desync), ".".join(map(str, version)),
+                          DESYNC.search(by_pid[desync[0][0]].log_text()).group(0)[:300]))
+            pytest.xfail("librdkafka %s before 2.3.0 stopped the producer on a sequence "
+                         "desynchronization (issue 4438); nothing lost, nothing out of order"
+                         % ".".join(map(str, version)))
     assert not sup.unexpected, "the relayer exited by itself:\n%s" % "\n\n".join(
         "pid %d rc %s:\n%s" % u for u in sup.unexpected)
     for what in ("pg_restart", "broker_outage", "pg_stall", "broker_stall"):
         pid, ok, rc = survived.get(what, (None, False, None))
         assert ok, "the relayer (pid %s) did not live through the %s (rc %s)\n%s" % (
             pid, what, rc, stall_logs.get(what, ""))
-    assert not missing, "%d committed events never arrived, e.g. %s" % (len(missing), sorted(missing)[:10])
-    assert not leaked, "%d rolled-back events published, e.g. %s" % (len(leaked), leaked[:3])
-    assert not foreign, "%d records that are no committed row, e.g. %s" % (len(foreign), foreign[:3])
-    assert not mismatched, "records differ from their rows: %s" % mismatched[:5]
-    assert not order_errors, "per-aggregate order broken:\n%s" % "\n".join(order_errors[:10])
     assert outage_reconnects == 0, (
         "the replication connection was lost during the broker outage (wal_sender_timeout: "
         "status updates stopped while the window was full?)")
