@@ -13,7 +13,8 @@
  *                     poison, as report_judge.h decides), dead letters
  *                     (deadletter.h)
  *   relay_state.c     the bottom: the first fatal error, the in-flight
- *                     window, status updates and their timing, gauges
+ *                     window, status updates and their timing, the
+ *                     stuck-deliveries warning, gauges
  * Decisions about frames live in dispatch.c, about delivery reports in
  * report_judge.c, not here.
  */

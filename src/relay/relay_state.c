@@ -3,8 +3,8 @@
  * helpers that every side of it uses on the shared state, the loop
  * (relay.c), the sink's side (relay_sink.c) and the backfill's
  * (relay_backfill.c) alike: the first fatal error, the in-flight window,
- * status updates with their timing, and the gauges of the metrics
- * endpoint. It calls no other file of the
+ * status updates with their timing, the warning while deliveries are
+ * stuck, and the gauges of the metrics endpoint. It calls no other file of the
  * relay, so the others can all call down to it.
  */
 #include "relay_internal.h"
