@@ -55,7 +55,9 @@ up to their high watermarks and asserts:
     not a committed row;
   - per (topic, aggregate), the first occurrences of the events are in
     commit order: sequence numbers 1, 2, ..., N;
-  - the relayer never exited except by our SIGKILLs and the final SIGTERM.
+  - the relayer never exited except by our SIGKILLs and the final SIGTERM
+    (an exit on librdkafka issue 4438, with a librdkafka older than 2.3.0,
+    makes it an expected failure instead, once the above hold: see DESYNC).
 
 It prints the seed (CHAOS_SEED reproduces the schedule), the counts and the
 timings; CHAOS_RELAY_ARGS adds relayer arguments (e.g. "-X
