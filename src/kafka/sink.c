@@ -47,6 +47,7 @@
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +183,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     int64_t ack_latency_us = atomic_load_explicit(&msg->ack_latency_us, memory_order_relaxed);
     msg_put(sk, msg);
     size_t bytes = m->len + m->key_len;
+    sk->reports++;
     sk->inflight--;
     sk->inflight_bytes -= bytes < sk->inflight_bytes ? bytes : sk->inflight_bytes;
     if (sk->closing)
@@ -434,6 +436,13 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
          * (measured: docs/benchmarks.md). */
         kafka_conf_set(conf, "linger.ms", "0", err, errlen) < 0 ||
         kafka_conf_set(conf, "socket.nagle.disable", "true", err, errlen) < 0 ||
+        /* A broker that is down is tried again with a backoff that doubles
+         * up to this (librdkafka's default: 10 s). After a whole-cluster
+         * outage, deliveries resume only once the client reconnects to the
+         * leaders: with 10 s the brokers sat up to 10 s unused (seen in the
+         * real-cluster chaos run, docs/failure-modes.md). One connection
+         * attempt a second per broker while it is down costs nothing. */
+        kafka_conf_set(conf, "reconnect.backoff.max.ms", "1000", err, errlen) < 0 ||
         kafka_conf_route_log(conf, err, errlen) < 0)
         goto fail;
     /* Exactly-once (sink_txn.c): the transactional producer. A message
@@ -853,6 +862,76 @@ int sink_flush(struct sink *sk, int timeout_ms)
 size_t sink_inflight(const struct sink *sk)
 {
     return sk->inflight;
+}
+
+unsigned long long sink_reports(const struct sink *sk)
+{
+    return sk->reports;
+}
+
+/* Appends to buf at *n what fits of the formatted text. */
+__attribute__((format(printf, 4, 5)))
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+{
+    if (*n >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *n, cap - *n, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        *n += (size_t) k < cap - *n ? (size_t) k : cap - *n - 1;
+}
+
+const char *sink_describe(struct sink *sk, int timeout_ms, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    append(buf, cap, &n, "%d in librdkafka's queues", rd_kafka_outq_len(sk->rk));
+    const struct rd_kafka_metadata *md = NULL;
+    double t0 = mono_now();
+    rd_kafka_resp_err_t e = rd_kafka_metadata(sk->rk, 0, NULL, &md, timeout_ms);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        append(buf, cap, &n, "; no broker answered a metadata request within %d ms (%s)",
+               timeout_ms, rd_kafka_err2str(e));
+        return buf;
+    }
+    append(buf, cap, &n, "; metadata from broker %d (%s) in %.0f ms: brokers", md->orig_broker_id,
+           md->orig_broker_name, (mono_now() - t0) * 1000);
+    for (int i = 0; i < md->broker_cnt; i++)
+        append(buf, cap, &n, "%s %d %s:%d", i ? "," : "", md->brokers[i].id,
+               md->brokers[i].host, md->brokers[i].port);
+    /* Counted first, so that the count survives a truncated list. */
+    int partitions = 0, leaderless = 0;
+    rd_kafka_resp_err_t why = RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (int t = 0; t < md->topic_cnt; t++)
+        for (int p = 0; md->topics[t].err == 0 && p < md->topics[t].partition_cnt; p++) {
+            const struct rd_kafka_metadata_partition *mp = &md->topics[t].partitions[p];
+            partitions++;
+            if (mp->leader < 0 || mp->err != 0) {
+                if (leaderless++ == 0)
+                    why = mp->err;
+            }
+        }
+    append(buf, cap, &n, "; %d topic(s), %d partition(s), %d without a leader", md->topic_cnt,
+           partitions, leaderless);
+    int listed = 0;
+    for (int t = 0; t < md->topic_cnt; t++) {
+        const struct rd_kafka_metadata_topic *tp = &md->topics[t];
+        if (tp->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            append(buf, cap, &n, "; topic %s: %s", tp->topic, rd_kafka_err2str(tp->err));
+            continue;
+        }
+        for (int p = 0; p < tp->partition_cnt && listed < 16; p++)
+            if (tp->partitions[p].leader < 0 || tp->partitions[p].err != 0)
+                append(buf, cap, &n, "%s%s [%d]", listed++ ? ", " : " (", tp->topic,
+                       tp->partitions[p].id);
+    }
+    if (listed > 0)
+        append(buf, cap, &n, "%s: %s)", listed < leaderless ? ", ..." : "",
+               rd_kafka_err2str(why));
+    rd_kafka_metadata_destroy(md);
+    return buf;
 }
 
 size_t sink_inflight_bytes(const struct sink *sk)

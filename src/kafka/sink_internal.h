@@ -65,6 +65,7 @@ struct sink {
     void *ctx;
     size_t inflight;
     size_t inflight_bytes;
+    unsigned long long reports; /* delivery reports served, any outcome */
     size_t max_message_bytes;
     bool fatal;
     int fatal_code;   /* rd_kafka_fatal_error's code once fatal */

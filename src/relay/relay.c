@@ -84,6 +84,7 @@ struct relay *relay_new(const struct relay_config *cfg, volatile sig_atomic_t *s
     }
     r->cfg = cfg;
     r->stop = stop;
+    delivery_watch_init(&r->dwatch, mono_now());
     r->metrics = metrics;
     r->columns = cfg->columns;
     /* PLUGIN_AUTO starts with wal2json; the stream says when the slot or

@@ -16,7 +16,8 @@
  *                     whole PostgreSQL transactions, the progress record,
  *                     acks held until the commit, aborts and fencing
  *   relay_state.c     the bottom: the first fatal error, the in-flight
- *                     window, status updates and their timing, gauges
+ *                     window, status updates and their timing, the
+ *                     stuck-deliveries warning, gauges
  * Decisions about frames live in dispatch.c, about delivery reports in
  * report_judge.c, not here.
  */
@@ -31,6 +32,7 @@
 #include "outbox_relay/base/clock.h"
 #include "outbox_relay/kafka/deadletter.h"
 #include "outbox_relay/kafka/kafka_errors.h"
+#include "outbox_relay/core/delivery_watch.h"
 #include "outbox_relay/core/liveness.h"
 #include "outbox_relay/decode/outbox_event.h"
 #include "outbox_relay/relay/relay.h"
@@ -115,6 +117,7 @@ struct relay {
     double last_status; /* monotonic seconds */
     bool force_status;
     struct liveness live; /* --wal-receiver-timeout of the current session */
+    struct delivery_watch dwatch; /* says so while deliveries are stuck */
     int64_t seen_commit_us; /* commit time (Unix µs) of the last transaction read */
     bool draining; /* it was read DRAIN_LAG_US or more after its commit: a backlog */
     struct partition_map *partitions; /* membership of a partitioned outbox */
@@ -158,6 +161,9 @@ int relay_send_status(struct relay *r, double now, bool reply_requested);
 double relay_status_due_in(const struct relay *r, double now, bool blocked);
 /* Sends a status update when one is due, during waits inside one step. */
 void relay_keep_status(struct relay *r);
+/* Warns while deliveries are stuck, says when they resume (delivery_watch.h);
+ * every wait of the loop calls it. */
+void relay_watch_deliveries(struct relay *r);
 /* Refreshes the gauges the metrics endpoint shows (none without metrics). */
 void relay_publish_gauges(struct relay *r, bool streaming);
 

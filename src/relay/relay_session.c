@@ -232,6 +232,7 @@ static int keep_alive(struct relay *r, bool reading, bool heard, double *due)
 static int wait_turn(struct relay *r, bool reading, double due)
 {
     relay_publish_gauges(r, true);
+    relay_watch_deliveries(r);
     /* Delivery reports lazily while reading: at a steady rate the
      * next transaction's WAL wakes the loop anyway, and a wake-up of
      * its own for each report cost a context switch per transaction.

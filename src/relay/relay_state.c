@@ -3,8 +3,8 @@
  * helpers that every side of it uses on the shared state, the loop
  * (relay.c), the sink's side (relay_sink.c) and the backfill's
  * (relay_backfill.c) alike: the first fatal error, the in-flight window,
- * status updates with their timing, and the gauges of the metrics
- * endpoint. It calls no other file of the
+ * status updates with their timing, the warning while deliveries are
+ * stuck, and the gauges of the metrics endpoint. It calls no other file of the
  * relay, so the others can all call down to it.
  */
 #include "relay_internal.h"
@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "outbox_relay/base/log.h"
+#include "outbox_relay/core/delivery_watch.h"
 #include "outbox_relay/core/metrics.h"
 #include "outbox_relay/core/dispatch.h"
 #include "outbox_relay/core/tracker.h"
@@ -21,6 +22,7 @@
 
 #define STATUS_MIN_GAP 0.1  /* s between status updates for a moved position */
 #define STATUS_BLOCKED 1.0  /* s between status updates while the window is full */
+#define DESCRIBE_MS 500     /* the longest a stuck warning waits for the brokers' metadata */
 
 void relay_set_fatal(struct relay *r, const char *fmt, ...)
 {
@@ -92,6 +94,7 @@ double relay_status_due_in(const struct relay *r, double now, bool blocked)
  * the loop's next read to find. */
 void relay_keep_status(struct relay *r)
 {
+    relay_watch_deliveries(r);
     if (!stream_streaming(r->stream))
         return;
     double now = mono_now();
@@ -100,6 +103,36 @@ void relay_keep_status(struct relay *r)
     if (relay_send_status(r, now, false) < 0) {
         r->last_status = now; /* not again before the next interval */
         log_debug("%s", stream_errstr(r->stream));
+    }
+}
+
+/* Says so while deliveries are stuck (delivery_watch.h), with what the
+ * producer can tell about why (sink_describe: it blocks up to DESCRIBE_MS,
+ * once per warning), and when they resume. */
+void relay_watch_deliveries(struct relay *r)
+{
+    double now = mono_now();
+    size_t inflight = sink_inflight(r->sink);
+    switch (delivery_watch_check(&r->dwatch, inflight, sink_reports(r->sink), now)) {
+    case DELIVERY_WATCH_STUCK: {
+        char why[1536];
+        int64_t oldest = tracker_oldest_stamp(r->tracker);
+        double age = oldest ? (double) (wall_now_us() - oldest) / 1e6 : 0;
+        log_warn("kafka: %zu deliveries in flight and no delivery report for %.0f s; nothing "
+                 "after slot position " LSN_FMT " is confirmed until they report (the oldest "
+                 "unconfirmed event was committed %.0f s ago); librdkafka retries them "
+                 "without end (message.timeout.ms=0): %s", inflight,
+                 delivery_watch_stalled(&r->dwatch, now), LSN_ARGS(tracker_confirmed(r->tracker)),
+                 age > 0 ? age : 0, sink_describe(r->sink, DESCRIBE_MS, why, sizeof why));
+        break;
+    }
+    case DELIVERY_WATCH_RESUMED:
+        log_info("kafka: delivery reports again after %.0f s without any; %zu in flight",
+                 r->dwatch.stalled, inflight);
+        break;
+    case DELIVERY_WATCH_OK:
+    default:
+        break;
     }
 }
 

@@ -11,7 +11,11 @@ back) while the test, acting as a supervisor:
     the harness) and brings them back: again the relayer must not exit,
     and with a small in-flight window (--max-inflight 100) it stops reading
     and keeps the replication connection alive meanwhile (no reconnect).
-    The outage lasts CHAOS_OUTAGE seconds (default 12).
+    The outage lasts CHAOS_OUTAGE seconds (default 12). Once every broker
+    is back (in full ISR on the real cluster) the producers pause until the
+    slot confirms what was committed by then, within 90 s plus the time the
+    brokers took to return (the backlog grows with it), so that the next
+    fault meets a healed Kafka side;
   - stalls the relayer's PostgreSQL path: a fault proxy (tests/tools/
     fault_proxy.py) between the relayer and the server stops forwarding on
     every open connection (replication and maintenance) and keeps them
@@ -51,16 +55,22 @@ up to their high watermarks and asserts:
     not a committed row;
   - per (topic, aggregate), the first occurrences of the events are in
     commit order: sequence numbers 1, 2, ..., N;
-  - the relayer never exited except by our SIGKILLs and the final SIGTERM.
+  - the relayer never exited except by our SIGKILLs and the final SIGTERM
+    (librdkafka issue 4438's fatal OUT_OF_ORDER_SEQUENCE_NUMBER, which the
+    restarted cluster provokes, is met by a new producer, not an exit).
 
 It prints the seed (CHAOS_SEED reproduces the schedule), the counts and the
-timings. Run time on a busy 2-core machine: about 60-100 s.
+timings; CHAOS_RELAY_ARGS adds relayer arguments (e.g. "-X
+debug=broker,eos,msg,topic,metadata --log-level debug"). Run time on a
+busy 2-core machine: about 60-100 s on the mock, 2-5 min on the real
+cluster (its brokers' restart is most of it).
 """
 
 import json
 import os
 import random
 import re
+import shlex
 import signal
 import threading
 import time
@@ -112,6 +122,10 @@ class Producer(threading.Thread):
         self.tx_committed = self.tx_rolled_back = self.errors = 0
         self.events_committed = 0
         self.conn = None
+        # While set, no transaction starts (the heal after the broker
+        # outage, see chaos()); the schedule does not catch up afterwards
+        # beyond `lag`.
+        self.paused = threading.Event()
 
     def _connect(self):
         try:
@@ -181,6 +195,8 @@ class Producer(threading.Thread):
             if delay > 0 and self.stop.wait(delay):
                 break
             next_at = max(next_at + self.period, time.monotonic() - self.lag * self.period)
+            if self.paused.is_set():
+                continue
             if self.conn is None:
                 self._connect()
                 if self.conn is None:
@@ -411,10 +427,6 @@ def test_chaos(pg, proxied_broker, pg_proxy, relayer):
 
 # On 15 only (both plugins): four JVMs of its own per run, and the mock run
 # covers every major.
-@pytest.mark.skip(reason="open (issue 26 note): in a CI run on a machine at load ~50 the brokers "
-                  "took 160 s to come back after the outage, and then no delivery was confirmed "
-                  "for 90 s after every partition was back in full ISR (the relayer logged "
-                  "nothing in that time); 6.7-8.7 s on a quiet machine")
 @pytest.mark.pg_majors(15)
 def test_chaos_on_a_real_cluster(pg, own_kafka_cluster, pg_proxy, relayer):
     chaos(pg, ClusterFaults(own_kafka_cluster), pg_proxy, relayer)
@@ -443,7 +455,8 @@ def chaos(pg, broker, pg_proxy, relayer):
     sup = Supervisor(relayer, ["--dsn", relay_dsn, "--brokers", broker.bootstrap,
                                "--status-interval", "0.5", "--reconnect-max", "2",
                                "--shutdown-timeout", "10", "--max-inflight", "100",
-                               "--wal-receiver-timeout", str(WAL_RECEIVER_TIMEOUT)])
+                               "--wal-receiver-timeout", str(WAL_RECEIVER_TIMEOUT)]
+                     + shlex.split(os.environ.get("CHAOS_RELAY_ARGS", "")))
     sup.start()
     assert wait_streaming(pg, sup, 30), sup.current.log_tail()
 
@@ -508,36 +521,60 @@ def chaos(pg, broker, pg_proxy, relayer):
                 while time.monotonic() - t < outage:
                     alive = alive and r.running()
                     time.sleep(0.05)
+                t_restart = time.monotonic()
                 broker.up()
                 time.sleep(1)
                 # Healed before the next fault: deliveries flow again (the
                 # slot confirms past what was committed when the brokers
                 # were back), so that a PostgreSQL stall is not tested on
-                # top of a Kafka side still recovering.
+                # top of a Kafka side still recovering. What is to deliver
+                # then is everything committed since the outage began, so
+                # the bound grows with how long the brokers took to come
+                # back (160 s at load ~50): OUTAGE_RECOVERY plus that time.
+                # The producers pause meanwhile: with --max-inflight 100 the
+                # catch-up runs at 100 events per produce round trip, 0.7 s
+                # (median; p90 1.7 s) at load ~30, about twice what they
+                # commit, and at load ~50 hardly faster than that, so that
+                # the backlog would never drain within the bound.
+                for p in producers:
+                    p.paused.set()
                 t_up, lsn_up = time.monotonic(), pg.current_wal_lsn()
+                returned = t_up - t_restart
+                backlog = lsn_up - (pg.confirmed_flush_lsn(SLOT) or 0)
+                bound = OUTAGE_RECOVERY + returned
+                first = []
 
                 def delivering():
                     sup.check()
-                    return (pg.confirmed_flush_lsn(SLOT) or 0) >= lsn_up
+                    c = pg.confirmed_flush_lsn(SLOT) or 0
+                    if not first and c > lsn_up - backlog:
+                        first.append(time.monotonic() - t_up)
+                    return c >= lsn_up
 
                 try:
-                    wait_until(delivering, OUTAGE_RECOVERY, interval=0.2,
+                    wait_until(delivering, bound, interval=0.2,
                                message="deliveries after the outage")
                     flowing = time.monotonic() - t_up
                 except AssertionError:
                     flowing = None
-                    stall_logs["broker_outage"] = "no delivery within %d s of the brokers' " \
-                        "return; relayer log tail:\n%s" % (OUTAGE_RECOVERY, r.log_tail())
+                    stall_logs["broker_outage"] = "not caught up within %.0f s of the brokers' " \
+                        "return (first confirmation after %s s); relayer log tail:\n%s" % (
+                            bound, "%.1f" % first[0] if first else "-", r.log_tail())
+                for p in producers:
+                    p.paused.clear()
                 survived["broker_outage"] = (r.pid, alive and r.running() and sup.current is r
                                              and flowing is not None, r.returncode)
                 outage_reconnects = count_reconnects(r) - reconnects_before
-                print("  %5.1f s  all brokers down for %.1f s; relayer pid %d %s, %d replication "
-                      "reconnects meanwhile, %s" % (
-                          t - t0, outage, r.pid,
+                print("  %5.1f s  all brokers down for %.1f s, back in full ISR %.1f s after "
+                      "their restart; relayer pid %d %s, %d replication reconnects meanwhile; "
+                      "%.1f MB of WAL to deliver, first confirmation %s s after the brokers' "
+                      "return, %s" % (
+                          t - t0, outage, returned, r.pid,
                           "alive" if r.running() else "EXITED rc=%s" % r.returncode,
-                          outage_reconnects,
-                          "delivering again %.1f s after the brokers' return" % flowing
-                          if flowing is not None else "NOT delivering again"))
+                          outage_reconnects, backlog / 1e6,
+                          "%.1f" % first[0] if first else "-",
+                          "caught up %.1f s after it" % flowing
+                          if flowing is not None else "NOT caught up within %.0f s" % bound))
             elif what == "pg_stall":
                 wait_streaming(pg, sup, 15)
                 r = sup.current
@@ -686,17 +723,25 @@ def chaos(pg, broker, pg_proxy, relayer):
           % (t0 - t_begin, t_produced - t0, t_caught_up - t_produced, t_read - t_caught_up,
              t_end - t_read, t_end - t_begin))
 
+    # What was delivered is checked first, whatever else happened.
+    assert not missing, "%d committed events never arrived, e.g. %s" % (len(missing), sorted(missing)[:10])
+    assert not leaked, "%d rolled-back events published, e.g. %s" % (len(leaked), leaked[:3])
+    assert not foreign, "%d records that are no committed row, e.g. %s" % (len(foreign), foreign[:3])
+    assert not mismatched, "records differ from their rows: %s" % mismatched[:5]
+    assert not order_errors, "per-aggregate order broken:\n%s" % "\n".join(order_errors[:10])
+    # Then that the relayer lived through everything, librdkafka issue
+    # 4438's lost producer sequence included (docs/failure-modes.md: the
+    # producer is replaced; it exited 1 in two of ten runs before that).
+    renewed = len(re.findall(r"lost its sequence state", "".join(p.log_text() for p in sup.procs)))
+    if renewed:
+        print("chaos: the producer lost its sequence %d time(s) (librdkafka issue 4438) and "
+              "was replaced" % renewed)
     assert not sup.unexpected, "the relayer exited by itself:\n%s" % "\n\n".join(
         "pid %d rc %s:\n%s" % u for u in sup.unexpected)
     for what in ("pg_restart", "broker_outage", "pg_stall", "broker_stall"):
         pid, ok, rc = survived.get(what, (None, False, None))
         assert ok, "the relayer (pid %s) did not live through the %s (rc %s)\n%s" % (
             pid, what, rc, stall_logs.get(what, ""))
-    assert not missing, "%d committed events never arrived, e.g. %s" % (len(missing), sorted(missing)[:10])
-    assert not leaked, "%d rolled-back events published, e.g. %s" % (len(leaked), leaked[:3])
-    assert not foreign, "%d records that are no committed row, e.g. %s" % (len(foreign), foreign[:3])
-    assert not mismatched, "records differ from their rows: %s" % mismatched[:5]
-    assert not order_errors, "per-aggregate order broken:\n%s" % "\n".join(order_errors[:10])
     assert outage_reconnects == 0, (
         "the replication connection was lost during the broker outage (wal_sender_timeout: "
         "status updates stopped while the window was full?)")

@@ -542,3 +542,38 @@ def test_shutdown_flush_keeps_status_updates(pg_factory, broker, kafka, relayer)
     assert c >= ev_end, "the final confirmation (%s) does not cover the event delivered during " \
         "the flush (%s); log tail:\n%s" % (harness.int_to_lsn(c), harness.int_to_lsn(ev_end),
                                           r.log_tail())
+
+
+def test_stuck_deliveries_are_reported(pg, broker, kafka, relayer):
+    """Every answer of the brokers held back for 22 s (the mock's rtt):
+    connections stay open, nothing is refused, librdkafka waits and reports
+    nothing. The relayer must say so while it lasts (delivery_watch.h: after
+    15 s without a report), with what it knows: the events in flight, the
+    slot position nothing is confirmed past, and that no broker answered its
+    metadata request; then that reports came again. Without that warning a
+    relayer stuck after a whole-cluster outage said nothing for 90 s (the
+    real-cluster chaos run, docs/failure-modes.md)."""
+    pg.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    r = start_relay(relayer, pg, broker)
+    first, first_end = one_event(pg, "stuck.first")
+    wait_confirmed(pg, first_end, r)
+    assert "deliveries in flight" not in r.log_text()
+
+    broker.cmd("rtt -1 22000")
+    try:
+        t = time.monotonic()
+        ev, ev_end = one_event(pg, "stuck.ev")
+        m = r.wait_for_log(r"kafka: (\d+) deliveries in flight and no delivery report for "
+                           r"(\d+) s; nothing after slot position ([0-9A-F]+/[0-9A-F]+) is "
+                           r"confirmed until they report.*", timeout=40)
+        warned = time.monotonic() - t
+        print("warned after %.1f s: %s" % (warned, m.group(0)))
+        assert int(m.group(1)) >= 1 and int(m.group(2)) >= 15, m.group(0)
+        assert harness.lsn_to_int(m.group(3)) < ev_end, m.group(0)
+        assert "no broker answered a metadata request within 500 ms" in m.group(0), m.group(0)
+    finally:
+        broker.cmd("rtt -1 0")
+    r.wait_for_log(r"kafka: delivery reports again after \d+ s without any", timeout=60)
+    wait_confirmed(pg, ev_end, r)
+    assert ev in {int(m.headers["event_id"]) for m in read_all(kafka, "stuck", [ev])}
+    assert r.terminate() == 0

@@ -172,6 +172,19 @@ int sink_flush(struct sink *sk, int timeout_ms);
 size_t sink_inflight(const struct sink *sk);
 size_t sink_inflight_bytes(const struct sink *sk);
 
+/* Delivery reports served so far, whatever their outcome: while events are
+ * in flight and this does not move, nothing comes back from Kafka. */
+unsigned long long sink_reports(const struct sink *sk);
+
+/* What the producer can say about why deliveries wait, for a warning:
+ * what librdkafka still holds, then a metadata request for the producer's
+ * topics, bounded by timeout_ms (it blocks the caller that long at most):
+ * the broker that answered and how fast, the brokers it lists, and the
+ * partitions without a leader; or that no broker answered. The request
+ * also refreshes librdkafka's own view of the leaders. Writes into buf
+ * (truncated to cap) and returns it. */
+const char *sink_describe(struct sink *sk, int timeout_ms, char *buf, size_t cap);
+
 /* The largest message (key + value + headers) the producer accepts. */
 size_t sink_max_message_bytes(const struct sink *sk);
 
