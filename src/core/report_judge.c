@@ -19,8 +19,12 @@ enum report_verdict report_judge(const struct report_facts *f)
     /* A broker refuses a whole batch for one record's size: before any
      * event of it is judged poison, each is produced alone (a backfill row
      * by the run resumed one row at a time). Even when a rewind is already
-     * pending: it would produce the event in a batch again. */
-    if (f->poison && f->shared && !f->to_dead_letter_topic)
+     * pending: it would produce the event in a batch again. A streamed
+     * event's own refusal met by a pending rewind is isolated too: the
+     * rewind runs on a new producer, and a broker takes any first sequence
+     * number from a producer id it does not know, so an event produced
+     * right behind it would be written if its first batch were refused. */
+    if (f->poison && !f->to_dead_letter_topic && (f->shared || (f->rewinding && !f->backfill)))
         return f->backfill ? REPORT_BACKFILL_ISOLATE : REPORT_ISOLATE;
     switch (deadletter_judge(f->dead_letter_policy, f->poison, f->rewinding,
                              f->to_dead_letter_topic)) {

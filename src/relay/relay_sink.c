@@ -301,9 +301,11 @@ void relay_on_report(void *ctx, uint64_t token, const struct sink_report *rep)
          * cause; the isolation is logged on its own then. */
         if (r->rewind && lsn > r->isolate_until)
             log_warn("delivery failed for event_id=%s type=%s topic=%s lsn=" LSN_FMT ": %s, "
-                     ISOLATE_WHY "; the rewind under way produces everything up to it one "
-                     "event at a time", rep->event_id, rep->event_type, rep->topic,
-                     LSN_ARGS(lsn), rep->errstr);
+                     "%s; the rewind under way produces everything up to it one event at a "
+                     "time", rep->event_id, rep->event_type, rep->topic, LSN_ARGS(lsn),
+                     rep->errstr, f.shared ? ISOLATE_WHY
+                                           : "while a rewind was pending: judged once it "
+                                             "is produced alone");
         if (lsn > r->isolate_until)
             r->isolate_until = lsn;
         request_rewind(r, KAFKA_ERR_POISON,

@@ -194,10 +194,17 @@ class _TopicOps:
         admin = _admin(self.bootstrap)  # held: a collected client fails its futures
         admin.create_topics([nt], request_timeout=timeout)[name].result(timeout)
 
+        # Asked of every broker: a broker whose metadata lags (KRaft, a
+        # loaded machine) would tell a consumer that joins next the topic
+        # has no partitions, and its group got nothing assigned until the
+        # next metadata refresh (5 min by default).
         def ready():
-            tm = _metadata(self.bootstrap).topics.get(name)
-            return (tm is not None and tm.error is None and len(tm.partitions) == partitions
-                    and all(p.leader >= 0 for p in tm.partitions.values()))
+            for address in self.bootstrap.split(","):
+                tm = _metadata(address).topics.get(name)
+                if not (tm is not None and tm.error is None and len(tm.partitions) == partitions
+                        and all(p.leader >= 0 for p in tm.partitions.values())):
+                    return False
+            return True
         wait_until(ready, timeout, interval=0.2, message="topic %s to have leaders" % name)
         return name
 

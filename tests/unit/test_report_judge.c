@@ -45,8 +45,15 @@ static void test_each_verdict(void)
     CHECK_EQ_INT(report_judge(&f), REPORT_DEAD_LETTER);
     f.backfill = true; /* a backfill row's poison is dead-lettered alike */
     CHECK_EQ_INT(report_judge(&f), REPORT_DEAD_LETTER);
-    f.rewinding = true;
+    f.rewinding = true; /* a backfill row of a run that is stopping */
     CHECK_EQ_INT(report_judge(&f), REPORT_SKIP);
+    f.backfill = false; /* a streamed event's own refusal, a rewind pending:
+                           produced alone before it is judged */
+    CHECK_EQ_INT(report_judge(&f), REPORT_ISOLATE);
+    f.dead_letter_policy = false;
+    CHECK_EQ_INT(report_judge(&f), REPORT_ISOLATE);
+    f.dead_letter_policy = true;
+    f.backfill = true;
     f.rewinding = false;
     f.to_dead_letter_topic = true; /* the dead letter itself failed */
     CHECK_EQ_INT(report_judge(&f), REPORT_HALT);
@@ -118,11 +125,12 @@ static void test_rules_over_every_combination(void)
             CHECK(v == (f.backfill ? REPORT_BACKFILL_RETRY : REPORT_REWIND));
         CHECK(v != REPORT_DEAD_LETTER || (f.poison && f.dead_letter_policy && !f.rewinding &&
                                           !f.to_dead_letter_topic && !f.shared));
-        CHECK((v == REPORT_ISOLATE) == (!f.waits && f.poison && f.shared && !f.backfill &&
-                                        !f.to_dead_letter_topic));
+        CHECK((v == REPORT_ISOLATE) == (!f.waits && f.poison && (f.shared || f.rewinding) &&
+                                        !f.backfill && !f.to_dead_letter_topic));
         CHECK((v == REPORT_BACKFILL_ISOLATE) == (!f.waits && f.poison && f.shared &&
                                                  f.backfill && !f.to_dead_letter_topic));
-        CHECK(v != REPORT_SKIP || (f.poison && f.rewinding));
+        CHECK(v != REPORT_SKIP || (f.poison && f.rewinding &&
+                                   (f.backfill || f.to_dead_letter_topic)));
         if (!f.waits && !f.poison)
             CHECK(v == REPORT_HALT);
         CHECK(strcmp(report_verdict_name(v), "?") != 0);
