@@ -535,6 +535,15 @@ class PgCluster:
         return lsn_to_int(self.scalar(
             "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = %s", (slot,)))
 
+    def slot_holder_role(self, slot="outbox_relay"):
+        """The role of the walsender holding the slot, read in one statement
+        (None while no process holds it). Asking pg_replication_slots and
+        then pg_stat_replication separately can see the slot active and
+        then no walsender, when the holder drops its connection between."""
+        return self.scalar("SELECT a.usename FROM pg_replication_slots s "
+                           "JOIN pg_stat_activity a ON a.pid = s.active_pid "
+                           "WHERE s.slot_name = %s AND a.backend_type = 'walsender'", (slot,))
+
     def slot_info(self, slot="outbox_relay"):
         """dict(plugin, slot_type, active, active_pid, confirmed_flush_lsn) or None."""
         rows = self.query("SELECT plugin, slot_type, active, active_pid, confirmed_flush_lsn "

@@ -185,7 +185,9 @@ def test_compose_stack_without_engine(compose_kafka, tmp_path):
             wait_until(lambda: (relay.running() or _fail("relayer", relay)) and
                        (pg.slot_info("outbox_relay") or {}).get("active"), 60,
                        message="the relayer to stream as outbox_relay")
-            assert pg.scalar("SELECT usename FROM pg_stat_replication") == "outbox_relay"
+            holder = wait_until(lambda: pg.slot_holder_role("outbox_relay"), 30,
+                                message="a walsender to hold the slot")
+            assert holder == "outbox_relay", (holder, relay.log_tail())
             customer = str(uuid.uuid4())
             conn = pg.connect(dbname=db)
             cur = conn.cursor()

@@ -712,7 +712,8 @@ def test_least_privilege_role(cluster_factory, broker, kafka, relayer, tuning):
                 *harness.tuned(tuning, "--status-interval", STATUS, "--reap-interval", "0.5",
                                "--heartbeat-interval", "1"))
     wait_streaming(pg, r)
-    assert pg.scalar("SELECT usename FROM pg_stat_replication") == "outbox_relay"
+    holder = wait_until(lambda: pg.slot_holder_role(), 30, message="a walsender to hold the slot")
+    assert holder == "outbox_relay", (holder, r.log_tail())
     ids = insert_events(pg, "lp.event", 3)
     assert event_ids(kafka.read("lp", expected=3, timeout=60)) == ids
     # The reaper, as outbox_relay, deletes the delivered rows.
