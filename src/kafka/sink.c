@@ -37,6 +37,14 @@
  * UNKNOWN_PRODUCER_ID: renewable_fatal) is stopped and replaced the same
  * way, instead of the relayer exiting for a supervisor to restart it.
  *
+ * A gap only stops what is behind it where the broker knows the producer:
+ * a broker with no state for the producer id on a partition accepts any
+ * first sequence number, so a new producer's first request there, refused,
+ * would not stop a second one already in flight. The sink's partitioner
+ * (gate_partitioner) asks partition_gate.h, which holds a partition's
+ * second record until the first is delivered; sink_produce answers
+ * SINK_FULL meanwhile, and the caller polls and tries again.
+ *
  * The hot path is measured (bench/run.sh; the history is in
  * docs/benchmarks.md, "What was changed"): events go out through a topic
  * handle cached per event type (topic.h), and a successful delivery report
@@ -107,9 +115,85 @@ static struct sink_msg *msg_take(struct sink *sk, uint64_t token, const char *ke
     struct sink_msg *msg = sk->free_msgs;
     sk->free_msgs = msg->next_free;
     msg->token = token;
+    msg->gate = PARTITION_GATE_NOT_COUNTED;
     atomic_store_explicit(&msg->acked_us, 0, memory_order_relaxed);
     atomic_store_explicit(&msg->ack_latency_us, -1, memory_order_relaxed);
     return msg;
+}
+
+/* The record being produced on the caller's thread, while in
+ * rd_kafka_producev(): librdkafka also partitions, from its own thread,
+ * records queued before their topic's metadata came, and those must go
+ * where the partitioner says (gate_partitioner). */
+static _Thread_local struct sink *producing;
+
+/* The partitioner of every topic of the at-least-once producer. Called
+ * under the topic's lock: it calls no librdkafka function but the user's
+ * partitioner. On the caller's thread (producing) it asks the gate, and a
+ * record it holds gets an index past the last partition, for which
+ * rd_kafka_producev() fails with __UNKNOWN_PARTITION before queueing it. */
+static int32_t gate_partitioner(const rd_kafka_topic_t *rkt, const void *key, size_t keylen,
+                                int32_t partition_cnt, void *rkt_opaque, void *msg_opaque)
+{
+    struct sink *sk = rkt_opaque;
+    int32_t p = sk->partition_of(rkt, key, keylen, partition_cnt, NULL, msg_opaque);
+    if (producing != sk || p < 0 || p >= partition_cnt)
+        return p;
+    sk->gate_part = p;
+    if (!partition_gate_may_send(sk->gate, rd_kafka_topic_name(rkt), p, sk->gate_now)) {
+        sk->gate_held = true;
+        return partition_cnt;
+    }
+    return p;
+}
+
+static const struct {
+    const char *name;
+    int32_t (*fn)(const rd_kafka_topic_t *, const void *, size_t, int32_t, void *, void *);
+} partitioners[] = {
+    {"consistent_random", rd_kafka_msg_partitioner_consistent_random},
+    {"random", rd_kafka_msg_partitioner_random},
+    {"consistent", rd_kafka_msg_partitioner_consistent},
+    {"murmur2", rd_kafka_msg_partitioner_murmur2},
+    {"murmur2_random", rd_kafka_msg_partitioner_murmur2_random},
+    {"fnv1a", rd_kafka_msg_partitioner_fnv1a},
+    {"fnv1a_random", rd_kafka_msg_partitioner_fnv1a_random},
+};
+
+/* Puts gate_partitioner in front of the partitioner conf names (the
+ * "partitioner" property, librdkafka's default when unset): a topic made
+ * with a partitioner callback ignores the property, so the sink calls the
+ * function it names. Returns 0, or -1 with a message in err. */
+static int gate_partitions(struct sink *sk, rd_kafka_conf_t *conf, char *err, size_t errlen)
+{
+    char name[64] = "consistent_random";
+    size_t sz = sizeof name;
+    if (rd_kafka_conf_get(conf, "partitioner", name, &sz) != RD_KAFKA_CONF_OK || !*name)
+        snprintf(name, sizeof name, "consistent_random");
+    for (size_t i = 0; i < sizeof partitioners / sizeof partitioners[0]; i++)
+        if (strcmp(partitioners[i].name, name) == 0)
+            sk->partition_of = partitioners[i].fn;
+    if (sk->partition_of == NULL) {
+        snprintf(err, errlen, "partitioner \"%s\" is not one the relayer knows", name);
+        return -1;
+    }
+    rd_kafka_topic_conf_t *tconf = rd_kafka_conf_get_default_topic_conf(conf);
+    if (tconf == NULL) {
+        tconf = rd_kafka_topic_conf_new();
+        if (tconf == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        rd_kafka_conf_set_default_topic_conf(conf, tconf); /* conf's now */
+    }
+    rd_kafka_topic_conf_set_partitioner_cb(tconf, gate_partitioner);
+    rd_kafka_topic_conf_set_opaque(tconf, sk);
+    sk->gate = partition_gate_new();
+    if (sk->gate == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 static void msg_put(struct sink *sk, struct sink_msg *msg)
@@ -179,6 +263,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     struct sink *sk = opaque;
     struct sink_msg *msg = m->_private;
     uint64_t token = msg->token;
+    int32_t gate = msg->gate;
     int64_t acked_us = atomic_load_explicit(&msg->acked_us, memory_order_relaxed);
     int64_t ack_latency_us = atomic_load_explicit(&msg->ack_latency_us, memory_order_relaxed);
     msg_put(sk, msg);
@@ -188,6 +273,9 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     sk->inflight_bytes -= bytes < sk->inflight_bytes ? bytes : sk->inflight_bytes;
     if (sk->closing)
         return;
+    if (sk->gate != NULL && m->rkt != NULL)
+        partition_gate_reported(sk->gate, rd_kafka_topic_name(m->rkt), gate, m->partition,
+                                m->err == RD_KAFKA_RESP_ERR_NO_ERROR, mono_now());
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
         sk->brokers_up = true;
 
@@ -377,6 +465,8 @@ static int renew_at_gap(struct sink *sk)
     sk->at_gap = false;
     sk->brokers_up = true;
     sk->renewals++;
+    if (sk->gate != NULL)
+        partition_gate_reset(sk->gate); /* a new producer id */
     log_info("kafka: the producer stopped at a refused batch or a lost sequence is replaced "
              "by a new one (%llu so far)", (unsigned long long) sk->renewals);
     return SINK_OK;
@@ -469,6 +559,8 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
     for (size_t i = 0; i < opts->nkafka; i++)
         if (kafka_conf_set(conf, opts->kafka[2 * i], opts->kafka[2 * i + 1], err, errlen) < 0)
             goto fail;
+    if (!sk->txn && gate_partitions(sk, conf, err, errlen) < 0)
+        goto fail;
 
     char buf[64];
     size_t sz = sizeof buf;
@@ -497,6 +589,7 @@ fail:
         if (sk->conf != NULL)
             rd_kafka_conf_destroy(sk->conf);
         wake_destroy(&sk->wake);
+        partition_gate_free(sk->gate);
         free(sk);
     }
     return NULL;
@@ -529,6 +622,7 @@ void sink_free(struct sink *sk, int timeout_ms)
     rd_kafka_conf_destroy(sk->conf);
     wake_destroy(&sk->wake);
     free_chunks(sk);
+    partition_gate_free(sk->gate);
     free(sk);
 }
 
@@ -756,6 +850,18 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(eh.n);
     for (size_t i = 0; i < eh.n; i++)
         rd_kafka_header_add(hdrs, eh.h[i].name, -1, eh.h[i].value, (ssize_t) eh.h[i].len);
+    /* A record of unknown partition in flight to the topic holds every
+     * other (partition_gate.h); the partitioner asks about the rest. */
+    bool gated = sk->gate != NULL;
+    if (gated && !partition_gate_topic_clear(sk->gate, topic)) {
+        rd_kafka_headers_destroy(hdrs);
+        msg_put(sk, msg);
+        return SINK_FULL;
+    }
+    sk->gate_part = -1;
+    sk->gate_held = false;
+    sk->gate_now = gated ? mono_now() : 0;
+    producing = gated ? sk : NULL;
     rd_kafka_resp_err_t e;
     if (rkt != NULL)
         e = rd_kafka_producev(
@@ -769,11 +875,19 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
             RD_KAFKA_V_KEY(ev->aggregate_id, ev->aggregate_id_len),
             RD_KAFKA_V_VALUE((void *) ev->payload, ev->payload_len), RD_KAFKA_V_HEADERS(hdrs),
             RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
+    producing = NULL;
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_headers_destroy(hdrs); /* not taken over on failure */
         msg_put(sk, msg);
+        if (sk->gate_held && e == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
+            log_debug("event_id=%s topic=%s partition=%d: held until the producer's first "
+                      "record there is delivered", ev->event_id, topic, (int) sk->gate_part);
+            return SINK_FULL;
+        }
         return produce_err(sk, e, topic, ev->event_id);
     }
+    if (gated)
+        msg->gate = partition_gate_sent(sk->gate, topic, sk->gate_part);
     sk->inflight++;
     sk->inflight_bytes += bytes;
     return SINK_OK;

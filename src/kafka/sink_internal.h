@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "outbox_relay/base/wake.h"
+#include "outbox_relay/core/partition_gate.h"
 #include "outbox_relay/kafka/event_headers.h"
 #include "outbox_relay/kafka/sink.h"
 #include "outbox_relay/kafka/topic.h"
@@ -27,6 +28,7 @@
  * after the caller dequeued it under the same lock. */
 struct sink_msg {
     uint64_t token;
+    int32_t gate; /* what partition_gate_sent counted it as */
     _Atomic int64_t acked_us;
     _Atomic int64_t ack_latency_us;
     struct sink_msg *next_free;
@@ -81,6 +83,18 @@ struct sink {
     char last_topic_buf[256];
     struct topic_cache topics; /* handles: rd_kafka_topic_t, one application
                                   reference each, dropped in sink_free */
+    /* The at-least-once producer's hold on a partition's second record
+     * until a new producer's first there is delivered (partition_gate.h);
+     * NULL for the transactional producer, whose refused batch aborts the
+     * whole transaction. partition_of is the partitioner the user chose
+     * (-X partitioner, librdkafka's default otherwise), which the sink's
+     * own partitioner (gate_partitioner) calls and then asks the gate. */
+    struct partition_gate *gate;
+    int32_t (*partition_of)(const rd_kafka_topic_t *rkt, const void *key, size_t keylen,
+                            int32_t partition_cnt, void *rkt_opaque, void *msg_opaque);
+    int32_t gate_part; /* the partition of the record being produced; -1: unassigned */
+    bool gate_held;    /* the gate held the record being produced */
+    double gate_now;   /* monotonic s of the record being produced */
     enum kafka_err_class err_class; /* of the last refused produce */
     char errstr[SINK_ERRLEN];
 };

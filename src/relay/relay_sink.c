@@ -354,7 +354,13 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
         set_ce_source(r);
     if (relay_eos_on(r) && relay_eos_begin(r) < 0)
         return 1; /* fenced or fatal: the session ends */
-    while (rc == SINK_FULL && !*r->stop) {
+    /* A rewind or a halt decided by a report served while waiting ends the
+     * wait: the event, not produced, is not confirmed, and the rewind
+     * produces it again after the events before it. Produced now, it could
+     * reach Kafka ahead of an earlier event of its aggregate that the
+     * rewind sends again. */
+    while (rc == SINK_FULL && !*r->stop && !r->fatal &&
+           !(is_backfill(token) ? r->bf_retry : r->rewind)) {
         rc = sink_produce(r->sink, ev, token);
         if (rc == SINK_FULL) {
             sink_poll(r->sink, 100);
@@ -371,7 +377,7 @@ int relay_produce(void *ctx, const struct outbox_event *ev, uint64_t token)
         return 0;
     }
     if (rc == SINK_FULL)
-        return 1; /* stopping; unconfirmed, so it is sent again next run */
+        return 1; /* stopping, or a rewind: unconfirmed, so it is sent again */
     if (relay_eos_on(r) && sink_fenced(r->sink)) {
         relay_eos_check_fenced(r); /* the session ends: standby, not a fatal error */
         return 1;

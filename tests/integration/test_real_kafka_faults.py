@@ -185,6 +185,53 @@ def test_record_over_the_topics_limit_halts(kafka_cluster, pg, relayer, unique_t
     print("real kafka: halt, fix and redelivery in %.1f s" % (time.monotonic() - t0))
 
 
+@pytest.mark.parametrize("policy", ["halt", "dead-letter"])
+def test_first_request_of_a_new_producer_refused(kafka_cluster, pg, relayer, unique_topic,
+                                                policy):
+    """The oversized event is the first record a new producer (a new
+    process) sends to its partition, and the events after it, of the same
+    aggregate, follow in requests of their own (batch.num.messages=1) while
+    it is in flight. Kafka accepts any first sequence number from a
+    producer id it has not seen on a partition, so the broker refusing the
+    first request does not make it refuse the ones behind: unless the
+    relayer holds a partition's second request until its first is
+    acknowledged, a later event of the aggregate is appended ahead of the
+    refused one (halt: the restart then sends the refused one after it;
+    dead-letter: the later copies are out of the first-delivered order)."""
+    topic = small_topic(kafka_cluster, unique_topic())
+    dlq = kafka_cluster.create_topic(unique_topic("dlq"), partitions=1, rf=3, configs=MIN_ISR)
+    poison = ("--on-poison", policy) + (("--dead-letter-topic", dlq) if policy != "halt" else ())
+    ob = Outbox(pg)
+    agg = str(uuid.uuid4())
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic)  # creates the slot
+    a = ob.one("big.before", agg=agg)
+    wait_confirmed(pg, r, a.commit_end, timeout=60)
+    assert r.terminate(30) == 0, r.log_tail()
+
+    b = ob.one("big.huge", BIG_PAYLOAD, agg=agg)
+    after = [ob.one("big.after", '{"after": %d}' % i, agg=agg) for i in range(8)]
+    # Not start(): with halt the relayer may stop before the slot is seen active.
+    r = relayer("--dsn", pg.dsn(), "--brokers", kafka_cluster.bootstrap, "--topic", topic,
+                "-X", "batch.num.messages=1", *poison)
+    if policy == "halt":
+        assert_halted_on(r, pg, b, "big.huge", "too large")
+    else:
+        wait_confirmed(pg, r, after[-1].commit_end, timeout=60)
+        r.assert_running_for(1)
+    got = ids_in(kafka_cluster.bootstrap, topic)
+    assert b.id not in got, "the oversized event was appended: %s" % got
+    if policy == "halt":
+        ahead = [t.id for t in after if t.id in got]
+        assert not ahead, ("events %s, after the refused one in its aggregate, reached the "
+                           "topic before it" % ahead)
+    else:
+        assert list(ids_in(kafka_cluster.bootstrap, dlq)) == [b.id]
+        missing = [t.id for t in after if t.id not in got]
+        assert not missing, "events after the dead letter never arrived: %s" % missing
+        first = [min(got[t.id]) for t in [a] + after]
+        assert first == sorted(first), "aggregate out of order (first copies): %s" % got
+
+
 def dead_letter_relayer(cluster, pg, relayer, unique_topic, *args):
     topic = small_topic(cluster, unique_topic())
     dlq = cluster.create_topic(unique_topic("dlq"), partitions=1, rf=3, configs=MIN_ISR)
