@@ -3,8 +3,9 @@
  * producer's first is acknowledged (see partition_gate.h).
  *
  * A short list of topics (a relayer writes to a handful), each with arrays
- * indexed by partition that grow to the highest partition met. The last
- * topic looked up is remembered: consecutive records mostly share one.
+ * indexed by partition that grow to the highest partition met; a topic's
+ * number is its index in the list. The last topic looked up is tried
+ * first: consecutive records mostly share one.
  */
 #include "outbox_relay/core/partition_gate.h"
 
@@ -51,39 +52,37 @@ void partition_gate_reset(struct partition_gate *g)
             g->topics[i].open_until[p] = 0;
 }
 
-static struct gate_topic *find(const struct partition_gate *g, const char *topic)
+int partition_gate_topic(struct partition_gate *g, const char *topic)
 {
     if (g->last < g->ntopics && strcmp(g->topics[g->last].name, topic) == 0)
-        return &g->topics[g->last];
+        return (int) g->last;
     for (size_t i = 0; i < g->ntopics; i++)
-        if (strcmp(g->topics[i].name, topic) == 0) {
-            ((struct partition_gate *) g)->last = i; /* a cache, not state */
-            return &g->topics[i];
-        }
-    return NULL;
-}
-
-static struct gate_topic *find_or_add(struct partition_gate *g, const char *topic)
-{
-    struct gate_topic *t = find(g, topic);
-    if (t != NULL)
-        return t;
+        if (strcmp(g->topics[i].name, topic) == 0)
+            return (int) (g->last = i);
     if (g->ntopics == g->cap) {
         size_t cap = g->cap ? 2 * g->cap : 8;
         struct gate_topic *n = realloc(g->topics, cap * sizeof *n);
-        if (n == NULL)
-            return NULL;
+        if (n == NULL) {
+            g->lost++;
+            return -1;
+        }
         g->topics = n;
         g->cap = cap;
     }
     char *name = strdup(topic);
-    if (name == NULL)
-        return NULL;
-    t = &g->topics[g->ntopics];
+    if (name == NULL) {
+        g->lost++;
+        return -1;
+    }
+    struct gate_topic *t = &g->topics[g->ntopics];
     memset(t, 0, sizeof *t);
     t->name = name;
-    g->last = g->ntopics++;
-    return t;
+    return (int) (g->last = g->ntopics++);
+}
+
+static struct gate_topic *at(const struct partition_gate *g, int topic)
+{
+    return topic >= 0 && (size_t) topic < g->ntopics ? &g->topics[topic] : NULL;
 }
 
 /* Grows t's arrays to hold partition; -1 when out of memory. */
@@ -110,28 +109,28 @@ static int reach(struct gate_topic *t, int32_t partition)
     return 0;
 }
 
-bool partition_gate_topic_clear(const struct partition_gate *g, const char *topic)
+bool partition_gate_topic_clear(const struct partition_gate *g, int topic)
 {
-    const struct gate_topic *t = find(g, topic);
+    const struct gate_topic *t = at(g, topic);
     return t == NULL || t->unassigned == 0;
 }
 
-bool partition_gate_may_send(const struct partition_gate *g, const char *topic, int32_t partition,
+bool partition_gate_may_send(const struct partition_gate *g, int topic, int32_t partition,
                              double now)
 {
-    const struct gate_topic *t = find(g, topic);
+    const struct gate_topic *t = at(g, topic);
     if (t == NULL || partition < 0)
         return true;
     if (t->unassigned > 0)
         return false;
     if (partition >= t->npart)
         return true;
-    return now < t->open_until[partition] || t->inflight[partition] == 0;
+    return t->inflight[partition] == 0 || now < t->open_until[partition];
 }
 
-int32_t partition_gate_sent(struct partition_gate *g, const char *topic, int32_t partition)
+int32_t partition_gate_sent(struct partition_gate *g, int topic, int32_t partition)
 {
-    struct gate_topic *t = find_or_add(g, topic);
+    struct gate_topic *t = at(g, topic);
     if (t == NULL || (partition >= 0 && reach(t, partition) < 0)) {
         g->lost++;
         return PARTITION_GATE_NOT_COUNTED;
@@ -144,12 +143,10 @@ int32_t partition_gate_sent(struct partition_gate *g, const char *topic, int32_t
     return partition;
 }
 
-void partition_gate_reported(struct partition_gate *g, const char *topic, int32_t counted,
+void partition_gate_reported(struct partition_gate *g, int topic, int32_t counted,
                              int32_t partition, bool delivered, double now)
 {
-    struct gate_topic *t = find(g, topic);
-    if (t == NULL)
-        t = delivered && partition >= 0 ? find_or_add(g, topic) : NULL;
+    struct gate_topic *t = at(g, topic);
     if (t == NULL)
         return;
     if (counted == PARTITION_GATE_UNASSIGNED && t->unassigned > 0)

@@ -20,16 +20,41 @@
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/kafka/kafka_conf.h"
 
+/* Whom to call while waiting on the brokers (progress_topic_ensure's tick),
+ * at least every TICK_MS. */
+struct waiting {
+    void (*tick)(void *ctx);
+    void *ctx;
+};
+
+#define TICK_MS 1000
+
+static void tick(const struct waiting *w)
+{
+    if (w->tick != NULL)
+        w->tick(w->ctx);
+}
+
 /* The topic's partition count from the metadata: > 0, 0 when it does not
  * exist, -1 when the metadata could not be had (err set). */
-static int partitions_of(rd_kafka_t *rk, const char *topic, int timeout_ms, char *err,
-                         size_t errlen)
+static int partitions_of(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                         const struct waiting *w, char *err, size_t errlen)
 {
     /* All topics: a request for this one alone would have the broker
      * auto-create it (auto.create.topics.enable), with its default
-     * cleanup.policy=delete. */
+     * cleanup.policy=delete. Asked in requests of TICK_MS at most, ticking
+     * between them. */
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, NULL, &md, timeout_ms);
+    double end = mono_now() + timeout_ms / 1000.0;
+    rd_kafka_resp_err_t e;
+    for (;;) {
+        double left_ms = (end - mono_now()) * 1000;
+        e = rd_kafka_metadata(rk, 1, NULL, &md,
+                              left_ms < TICK_MS ? (left_ms > 1 ? (int) left_ms : 1) : TICK_MS);
+        if (e != RD_KAFKA_RESP_ERR__TIMED_OUT || mono_now() >= end)
+            break;
+        tick(w);
+    }
     int n = 0;
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
         snprintf(err, errlen, "progress topic %s: metadata request failed: %s", topic,
@@ -54,20 +79,21 @@ static int partitions_of(rd_kafka_t *rk, const char *topic, int timeout_ms, char
     return n;
 }
 
-/* Waits for one admin result on q; NULL on timeout. */
-static rd_kafka_event_t *admin_wait(rd_kafka_queue_t *q, int timeout_ms)
+/* Waits for one admin result on q, ticking; NULL on timeout. */
+static rd_kafka_event_t *admin_wait(rd_kafka_queue_t *q, int timeout_ms, const struct waiting *w)
 {
     double end = mono_now() + timeout_ms / 1000.0;
     while (mono_now() < end) {
         rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 100);
         if (ev != NULL)
             return ev;
+        tick(w);
     }
     return NULL;
 }
 
-static int create_topic(rd_kafka_t *rk, const char *topic, int timeout_ms, char *err,
-                        size_t errlen)
+static int create_topic(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                        const struct waiting *w, char *err, size_t errlen)
 {
     char e[256];
     int rc = 0;
@@ -81,7 +107,7 @@ static int create_topic(rd_kafka_t *rk, const char *topic, int timeout_ms, char 
     rd_kafka_AdminOptions_t *ao = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
     rd_kafka_AdminOptions_set_request_timeout(ao, timeout_ms, NULL, 0);
     rd_kafka_CreateTopics(rk, &nt, 1, ao, q);
-    rd_kafka_event_t *ev = admin_wait(q, timeout_ms + 1000);
+    rd_kafka_event_t *ev = admin_wait(q, timeout_ms + 1000, w);
     if (ev == NULL) {
         snprintf(err, errlen, "progress topic %s: creating it timed out", topic);
     } else if (rd_kafka_event_error(ev)) {
@@ -125,8 +151,9 @@ static int create_topic(rd_kafka_t *rk, const char *topic, int timeout_ms, char 
 }
 
 /* The topic's cleanup.policy into buf: 1, 0 retriable failure, -1. */
-static int cleanup_policy(rd_kafka_t *rk, const char *topic, int timeout_ms, char *buf,
-                          size_t cap, char *err, size_t errlen)
+static int cleanup_policy(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                          const struct waiting *w, char *buf, size_t cap, char *err,
+                          size_t errlen)
 {
     int rc = 0;
     rd_kafka_ConfigResource_t *cr = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
@@ -135,7 +162,7 @@ static int cleanup_policy(rd_kafka_t *rk, const char *topic, int timeout_ms, cha
         rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
     rd_kafka_AdminOptions_set_request_timeout(ao, timeout_ms, NULL, 0);
     rd_kafka_DescribeConfigs(rk, &cr, 1, ao, q);
-    rd_kafka_event_t *ev = admin_wait(q, timeout_ms + 1000);
+    rd_kafka_event_t *ev = admin_wait(q, timeout_ms + 1000, w);
     snprintf(err, errlen, "progress topic %s: cannot read its cleanup.policy: %s", topic,
              ev == NULL ? "timed out" : rd_kafka_event_error_string(ev));
     if (ev != NULL && !rd_kafka_event_error(ev)) {
@@ -164,20 +191,23 @@ static int cleanup_policy(rd_kafka_t *rk, const char *topic, int timeout_ms, cha
     return rc;
 }
 
-int progress_topic_ensure(struct sink *sk, const char *topic, int timeout_ms, char *err,
-                          size_t errlen)
+int progress_topic_ensure(struct sink *sk, const char *topic, int timeout_ms,
+                          void (*tick_fn)(void *ctx), void *tick_ctx, char *err, size_t errlen)
 {
-    int n = partitions_of(sk->rk, topic, timeout_ms, err, errlen);
+    const struct waiting w = {tick_fn, tick_ctx};
+    int n = partitions_of(sk->rk, topic, timeout_ms, &w, err, errlen);
     if (n < 0)
         return 0;
     if (n == 0) {
-        int rc = create_topic(sk->rk, topic, timeout_ms, err, errlen);
+        int rc = create_topic(sk->rk, topic, timeout_ms, &w, err, errlen);
         if (rc <= 0)
             return rc;
         /* the metadata takes a moment to show it everywhere */
-        for (int i = 0; i < 50 && (n = partitions_of(sk->rk, topic, timeout_ms, err, errlen)) == 0;
-             i++)
+        for (int i = 0;
+             i < 50 && (n = partitions_of(sk->rk, topic, timeout_ms, &w, err, errlen)) == 0; i++) {
             rd_kafka_poll(sk->rk, 100);
+            tick(&w);
+        }
         if (n <= 0) {
             if (n == 0)
                 snprintf(err, errlen, "progress topic %s: created but not in the metadata yet",
@@ -187,7 +217,7 @@ int progress_topic_ensure(struct sink *sk, const char *topic, int timeout_ms, ch
         return n;
     }
     char policy[128] = "";
-    int rc = cleanup_policy(sk->rk, topic, timeout_ms, policy, sizeof policy, err, errlen);
+    int rc = cleanup_policy(sk->rk, topic, timeout_ms, &w, policy, sizeof policy, err, errlen);
     if (rc <= 0)
         return rc;
     if (strstr(policy, "compact") == NULL) {

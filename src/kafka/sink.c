@@ -116,6 +116,7 @@ static struct sink_msg *msg_take(struct sink *sk, uint64_t token, const char *ke
     sk->free_msgs = msg->next_free;
     msg->token = token;
     msg->gate = PARTITION_GATE_NOT_COUNTED;
+    msg->gate_topic = -1;
     atomic_store_explicit(&msg->acked_us, 0, memory_order_relaxed);
     atomic_store_explicit(&msg->ack_latency_us, -1, memory_order_relaxed);
     return msg;
@@ -140,7 +141,7 @@ static int32_t gate_partitioner(const rd_kafka_topic_t *rkt, const void *key, si
     if (producing != sk || p < 0 || p >= partition_cnt)
         return p;
     sk->gate_part = p;
-    if (!partition_gate_may_send(sk->gate, rd_kafka_topic_name(rkt), p, sk->gate_now)) {
+    if (!partition_gate_may_send(sk->gate, sk->gate_topic, p, sk->gate_now)) {
         sk->gate_held = true;
         return partition_cnt;
     }
@@ -263,7 +264,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     struct sink *sk = opaque;
     struct sink_msg *msg = m->_private;
     uint64_t token = msg->token;
-    int32_t gate = msg->gate;
+    int32_t gate = msg->gate, gate_topic = msg->gate_topic;
     int64_t acked_us = atomic_load_explicit(&msg->acked_us, memory_order_relaxed);
     int64_t ack_latency_us = atomic_load_explicit(&msg->ack_latency_us, memory_order_relaxed);
     msg_put(sk, msg);
@@ -273,9 +274,9 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     sk->inflight_bytes -= bytes < sk->inflight_bytes ? bytes : sk->inflight_bytes;
     if (sk->closing)
         return;
-    if (sk->gate != NULL && m->rkt != NULL)
-        partition_gate_reported(sk->gate, rd_kafka_topic_name(m->rkt), gate, m->partition,
-                                m->err == RD_KAFKA_RESP_ERR_NO_ERROR, mono_now());
+    if (gate_topic >= 0)
+        partition_gate_reported(sk->gate, gate_topic, gate, m->partition,
+                                m->err == RD_KAFKA_RESP_ERR_NO_ERROR, sk->gate_now);
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
         sk->brokers_up = true;
 
@@ -516,6 +517,7 @@ struct sink *sink_new(const struct sink_options *opts, sink_report_fn on_report,
     atomic_init(&sk->lazy, false);
     sk->brokers_up = true;
     sk->last_topic = sk->last_topic_buf;
+    sk->last_gate_topic = -1;
 
     /* Our defaults first; the user's -X properties win. */
     if ((opts->brokers && *opts->brokers &&
@@ -790,6 +792,9 @@ static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_to
     if (t != NULL && t->type != NULL) {
         *rkt = t->handle;
         sk->last_topic = rd_kafka_topic_name(*rkt);
+        if (t->tag < 0 && sk->gate != NULL)
+            t->tag = partition_gate_topic(sk->gate, sk->last_topic);
+        sk->last_gate_topic = t->tag;
         return SINK_OK;
     }
     sk->last_topic = sk->last_topic_buf;
@@ -803,6 +808,8 @@ static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_to
                  sk->ntopic_cols > 0 ? "; a {column} that is NULL gives none" : "");
         return SINK_POISON;
     }
+    sk->last_gate_topic = sk->gate != NULL ? partition_gate_topic(sk->gate, sk->last_topic_buf)
+                                           : -1;
     if (t == NULL || topic_cache_full(&sk->topics))
         return SINK_OK;
     rd_kafka_topic_t *h = rd_kafka_topic_new(sk->rk, sk->last_topic_buf, NULL);
@@ -812,6 +819,7 @@ static int topic_for(struct sink *sk, const struct outbox_event *ev, rd_kafka_to
         rd_kafka_topic_destroy(h); /* out of memory: by name, uncached */
         return SINK_OK;
     }
+    t->tag = sk->last_gate_topic;
     await_partitions(sk, h);
     *rkt = h;
     sk->last_topic = rd_kafka_topic_name(h);
@@ -852,12 +860,14 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
         rd_kafka_header_add(hdrs, eh.h[i].name, -1, eh.h[i].value, (ssize_t) eh.h[i].len);
     /* A record of unknown partition in flight to the topic holds every
      * other (partition_gate.h); the partitioner asks about the rest. */
-    bool gated = sk->gate != NULL;
-    if (gated && !partition_gate_topic_clear(sk->gate, topic)) {
+    int gt = sk->last_gate_topic; /* topic's, by topic_for */
+    bool gated = gt >= 0;
+    if (gated && !partition_gate_topic_clear(sk->gate, gt)) {
         rd_kafka_headers_destroy(hdrs);
         msg_put(sk, msg);
         return SINK_FULL;
     }
+    sk->gate_topic = gt;
     sk->gate_part = -1;
     sk->gate_held = false;
     sk->gate_now = gated ? mono_now() : 0;
@@ -886,8 +896,10 @@ int sink_produce(struct sink *sk, const struct outbox_event *ev, uint64_t token)
         }
         return produce_err(sk, e, topic, ev->event_id);
     }
-    if (gated)
-        msg->gate = partition_gate_sent(sk->gate, topic, sk->gate_part);
+    if (gated) {
+        msg->gate = partition_gate_sent(sk->gate, gt, sk->gate_part);
+        msg->gate_topic = gt;
+    }
     sk->inflight++;
     sk->inflight_bytes += bytes;
     return SINK_OK;

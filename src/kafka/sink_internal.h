@@ -28,7 +28,8 @@
  * after the caller dequeued it under the same lock. */
 struct sink_msg {
     uint64_t token;
-    int32_t gate; /* what partition_gate_sent counted it as */
+    int32_t gate;      /* what partition_gate_sent counted it as */
+    int32_t gate_topic; /* its topic's number in the gate; -1: not gated */
     _Atomic int64_t acked_us;
     _Atomic int64_t ack_latency_us;
     struct sink_msg *next_free;
@@ -92,9 +93,13 @@ struct sink {
     struct partition_gate *gate;
     int32_t (*partition_of)(const rd_kafka_topic_t *rkt, const void *key, size_t keylen,
                             int32_t partition_cnt, void *rkt_opaque, void *msg_opaque);
+    int gate_topic;    /* the gate's number of the record's topic */
+    int last_gate_topic; /* the gate's number of last_topic (topic_for), -1: none */
     int32_t gate_part; /* the partition of the record being produced; -1: unassigned */
     bool gate_held;    /* the gate held the record being produced */
-    double gate_now;   /* monotonic s of the record being produced */
+    double gate_now;   /* monotonic s of the record being produced, or of the
+                          last one: a report takes it for its time, late by
+                          the time since, which only shortens what it opens */
     enum kafka_err_class err_class; /* of the last refused produce */
     char errstr[SINK_ERRLEN];
 };

@@ -205,6 +205,7 @@ int topic_cache_put(struct topic_cache *c, struct topic_entry *slot, const char 
     slot->type = copy;
     slot->type_len = type_len;
     slot->handle = handle;
+    slot->tag = -1;
     c->n++;
     return 0;
 }

@@ -405,7 +405,8 @@ int relay_eos_prepare(struct relay *r, lsn_t started_at, char *err, size_t errle
 {
     if (r->eos.ready)
         return 0;
-    int n = progress_topic_ensure(r->sink, r->cfg->progress_topic, 10000, err, errlen);
+    int n = progress_topic_ensure(r->sink, r->cfg->progress_topic, 10000, keep_status_tick, r,
+                                  err, errlen);
     if (n <= 0)
         return n < 0 ? -1 : -2;
     if (progress_record_key(stream_system_id(r->stream), r->cfg->slot, r->eos.key,

@@ -51,33 +51,38 @@ void partition_gate_free(struct partition_gate *g);
  * are kept; the caller resets only once nothing is in flight). */
 void partition_gate_reset(struct partition_gate *g);
 
+/* The gate's number for topic (>= 0, the same for the gate's life), or -1
+ * when out of memory (the record then goes ungated, and is counted in
+ * partition_gate_lost). The calls below take it, so that the hot path
+ * compares one name per record. */
+int partition_gate_topic(struct partition_gate *g, const char *topic);
+
 /* Whether a record may go to topic before its partition is known: no
  * record unassigned when it was sent is in flight to topic (the partition
  * it went to is not known until its report). */
-bool partition_gate_topic_clear(const struct partition_gate *g, const char *topic);
+bool partition_gate_topic_clear(const struct partition_gate *g, int topic);
 
 /* Whether a record may go to (topic, partition) now: the partition is
  * open, or nothing is in flight to it and nothing unassigned to its
  * topic. */
-bool partition_gate_may_send(const struct partition_gate *g, const char *topic, int32_t partition,
+bool partition_gate_may_send(const struct partition_gate *g, int topic, int32_t partition,
                              double now);
 
-/* A record went to (topic, partition), or to topic with partition
- * PARTITION_GATE_UNASSIGNED. Returns what it was counted as (the caller
- * keeps it with the record and passes it to partition_gate_reported):
- * partition or PARTITION_GATE_UNASSIGNED, or PARTITION_GATE_NOT_COUNTED
- * when out of memory (such a record then opens nothing and holds nothing
- * back; the gate says so in partition_gate_lost). */
-int32_t partition_gate_sent(struct partition_gate *g, const char *topic, int32_t partition);
+/* A record went to (topic, partition), or to topic with partition < 0
+ * (unassigned). Returns what it was counted as, which the caller keeps
+ * with the record for partition_gate_reported: partition,
+ * PARTITION_GATE_UNASSIGNED, or PARTITION_GATE_NOT_COUNTED when out of
+ * memory (it then holds nothing back; partition_gate_lost counts it). */
+int32_t partition_gate_sent(struct partition_gate *g, int topic, int32_t partition);
 
 /* A record's report: counted is what partition_gate_sent returned for it,
  * partition where it went (-1 when never assigned), delivered whether the
  * broker appended it. A delivery opens its partition until now +
  * PARTITION_GATE_OPEN_FOR. */
-void partition_gate_reported(struct partition_gate *g, const char *topic, int32_t counted,
+void partition_gate_reported(struct partition_gate *g, int topic, int32_t counted,
                              int32_t partition, bool delivered, double now);
 
-/* Records sent while the gate could not count them (out of memory). */
+/* Records that went ungated for want of memory. */
 unsigned long long partition_gate_lost(const struct partition_gate *g);
 
 #endif

@@ -30,9 +30,11 @@ struct sink;
  * default replication factor) when missing; refuses one whose
  * cleanup.policy has no "compact" (retention would delete the progress).
  * Returns the partition count (> 0), 0 for a retriable failure (brokers
- * unreachable, timeout) or -1 for a permanent one; err says which. */
-int progress_topic_ensure(struct sink *sk, const char *topic, int timeout_ms, char *err,
-                          size_t errlen);
+ * unreachable, timeout) or -1 for a permanent one; err says which.
+ * tick(tick_ctx), when not NULL, is called at least once a second while
+ * the brokers are waited for (the relay keeps its status updates going). */
+int progress_topic_ensure(struct sink *sk, const char *topic, int timeout_ms,
+                          void (*tick)(void *ctx), void *tick_ctx, char *err, size_t errlen);
 
 /* Where the progress store's reader connects: bootstrap servers and the -X
  * properties (pairs; producer-only ones are ignored by the consumer). */

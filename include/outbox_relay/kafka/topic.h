@@ -23,6 +23,8 @@ struct topic_entry {
     char *type;      /* NULL = empty slot; owned by the cache */
     size_t type_len;
     void *handle;    /* the caller's, released by topic_cache_clear */
+    int tag;         /* the caller's number for the topic (the sink: its
+                        partition gate's); -1 from topic_cache_put on */
 };
 
 /* Zero-initialised is empty. */
