@@ -114,6 +114,27 @@ def test_idle_outbox_confirmed_lsn_advances(pg, broker, relayer):
     assert r.terminate() == 0
 
 
+def open_every_partition(ob, kafka, topic):
+    """Warms the relayer up with one event to each partition of the topic
+    (librdkafka's default partitioner: CRC-32 of the key), and waits for
+    them: a new producer sends one record at a time to a partition until
+    one was delivered there (partition_gate.h), so with 3 s round trips
+    the events after the warm-up would otherwise still be waiting to be
+    produced, not in flight, when the test stops the relayer. Returns the
+    warm-up transactions."""
+    import zlib
+    first = ob.one(topic + ".warmup")
+    assert len(kafka.read(topic, expected=1, timeout=60)) == 1
+    parts = kafka.partitions(topic)
+    keys = {}
+    while len(keys) < len(parts):
+        k = str(uuid.uuid4())
+        keys.setdefault(zlib.crc32(k.encode()) % len(parts), k)
+    warm = ob.tx([(keys[p], topic + ".warmup", '{"partition": %d}' % p) for p in sorted(keys)])
+    read_ids(kafka, topic, warm.ids, timeout=60)
+    return [first, warm]
+
+
 def _commit_then_sigterm_in_flight(pg, broker, kafka, relayer, topic, tag):
     """Starts a relayer, makes the broker slow (3 s round trips) so that
     events are still in flight, SIGTERMs it, and returns (exit code, txs,
@@ -121,15 +142,14 @@ def _commit_then_sigterm_in_flight(pg, broker, kafka, relayer, topic, tag):
     confirmation sent on the way out can move the slot."""
     r = start_relay(relayer, pg, broker, status="60")
     ob = Outbox(pg)
-    warm = ob.one(topic + ".warmup")
-    assert len(kafka.read(topic, expected=1, timeout=60)) == 1
+    warm = open_every_partition(ob, kafka, topic)
     broker.cmd("rtt -1 3000")
     txs = [ob.tx([(uuid.uuid4(), topic + ".ev", '{"%s": %d, "j": %d}' % (tag, i, j)) for j in range(5)])
            for i in range(10)]
     time.sleep(1.0)  # read from the WAL and produced, not yet acknowledged
     rc = r.terminate(timeout=60)
     broker.cmd("rtt -1 0")
-    return rc, [warm] + txs, r
+    return rc, warm + txs, r
 
 
 def _assert_confirmed_matches_delivery(pg, kafka, topic, txs):

@@ -66,15 +66,19 @@ def test_events_arrive_with_topic_key_value_headers(pg, broker, kafka, relayer, 
     topic_of = {"order.placed": "order", "payment.captured": "payment", "blob.big": "blob"}
     got = []
     for topic, n in (("order", len(PAYLOADS)), ("payment", 1), ("blob", 1)):
-        msgs = kafka.read(topic, expected=n, timeout=60)
-        assert len(msgs) == n, "topic %s: %d of %d events arrived:\n%s\nlog:\n%s" % (
-            topic, len(msgs), n, msgs, r.log_tail())
-        got += msgs
+        got += kafka.read(topic, expected=n, timeout=60)
     seen = by_event_id(got)
-    assert sorted(seen) == sorted(rows)
+    assert sorted(seen) == sorted(rows), "events arrived: %s of %s\nlog:\n%s" % (
+        sorted(seen), sorted(rows), r.log_tail())
+    # Exactly one copy each, unless the relayer rewound (at-least-once: a
+    # topic that a lagging broker reported missing right after its
+    # creation, seen on the shared three-broker cluster under CI load); the
+    # copies are then the same record.
+    rewound = "produced again, in commit order" in r.log_text()
     for event_id, row in rows.items():
-        assert len(seen[event_id]) == 1, seen[event_id]
-        assert_message_matches(seen[event_id][0], event_id, row, topic_of[row[1]])
+        assert len(seen[event_id]) == 1 or rewound, (seen[event_id], r.log_tail())
+        for m in seen[event_id]:
+            assert_message_matches(m, event_id, row, topic_of[row[1]])
     assert sorted(user_topics(kafka)) == ["blob", "order", "payment"]
     assert r.terminate() == 0
 

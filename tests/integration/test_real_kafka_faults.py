@@ -20,6 +20,14 @@ does with it, is the subject.
       fault 5, --on-poison dead-letter: the event becomes a dead letter,
       the events after it (also of its aggregate) arrive in order, the
       slot moves on, the relayer keeps running
+  test_first_request_of_a_new_producer_refused
+      fault 5 at a new producer's first record to its partition, the
+      aggregate's next events in requests of their own behind it: with
+      halt none of them reaches the topic (the partition gate), with
+      dead-letter they arrive in order
+  test_keys_land_where_the_chosen_partitioner_puts_them
+      the sink's partitioner (the gate's) keeps librdkafka's placement:
+      CRC-32 by default, Java's murmur2 with -X partitioner=murmur2_random
   test_dead_letter_takes_only_the_oversized_event_of_a_batch
       the same with the oversized event in one produce request with 40
       small ones: the broker refuses the whole batch; the relayer produces
@@ -230,6 +238,59 @@ def test_first_request_of_a_new_producer_refused(kafka_cluster, pg, relayer, uni
         assert not missing, "events after the dead letter never arrived: %s" % missing
         first = [min(got[t.id]) for t in [a] + after]
         assert first == sorted(first), "aggregate out of order (first copies): %s" % got
+
+
+def murmur2(data):
+    """Kafka's Java producer's murmur2 (Utils.murmur2), as librdkafka's
+    murmur2 partitioners compute it."""
+    m, h = 0x5bd1e995, (0x9747b28c ^ len(data)) & 0xffffffff
+    n4 = len(data) // 4
+    for i in range(n4):
+        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = (k * m) & 0xffffffff
+        k ^= k >> 24
+        k = (k * m) & 0xffffffff
+        h = ((h * m) & 0xffffffff) ^ k
+    rest = data[4 * n4:]
+    if len(rest) == 3:
+        h ^= rest[2] << 16
+    if len(rest) >= 2:
+        h ^= rest[1] << 8
+    if len(rest) >= 1:
+        h ^= rest[0]
+        h = (h * m) & 0xffffffff
+    h ^= h >> 13
+    h = (h * m) & 0xffffffff
+    h ^= h >> 15
+    return h
+
+
+@pytest.mark.parametrize("partitioner", [None, "murmur2_random"])
+def test_keys_land_where_the_chosen_partitioner_puts_them(kafka_cluster, pg, relayer,
+                                                          unique_topic, partitioner):
+    """The sink's own partitioner (it asks the partition gate, then calls
+    the one chosen) keeps every key where librdkafka would put it: by
+    default CRC-32 of the key modulo the partition count (consistent_random),
+    with -X partitioner=murmur2_random where Java's producer puts it."""
+    import zlib
+    parts = 6
+    topic = kafka_cluster.create_topic(unique_topic(), partitions=parts, rf=3, configs=MIN_ISR)
+    extra = ("-X", "partitioner=" + partitioner) if partitioner else ()
+    r = start(relayer, pg, kafka_cluster.bootstrap, topic, *extra)
+    aggs = [str(uuid.uuid4()) for _ in range(30)]
+    tx = Outbox(pg).tx([("keys.spread", '{"i": %d}' % i, aggs[i % 30]) for i in range(90)])
+    wait_confirmed(pg, r, tx.commit_end, timeout=60)
+    records = read_to_end(kafka_cluster.bootstrap, [topic])
+    assert len(records) >= 90, len(records)
+
+    def expected(key):
+        if partitioner == "murmur2_random":
+            return (murmur2(key.encode()) & 0x7fffffff) % parts
+        return zlib.crc32(key.encode()) % parts
+    wrong = [(k, p, expected(k)) for _, p, _, k, _, _ in records if p != expected(k)]
+    assert not wrong, "keys in another partition than the partitioner's: %s" % wrong[:5]
+    assert len({p for _, p, _, _, _, _ in records}) > 1, "every key in one partition"
+    assert r.terminate(30) == 0, r.log_tail()
 
 
 def dead_letter_relayer(cluster, pg, relayer, unique_topic, *args):
