@@ -308,6 +308,11 @@ def past_an_oversized_event(cluster, pg, relayer, unique_topic, n, *args):
     the transaction, the oversized event's id) once the slot confirmed the
     transaction."""
     r, topic, dlq = dead_letter_relayer(cluster, pg, relayer, unique_topic, *args)
+    # The partition opened first: a new producer's second record to a
+    # partition waits for its first one's delivery (partition_gate.h), which
+    # would split the transaction's first requests from the rest.
+    warm = Outbox(pg).one("small.warm", agg=str(uuid.uuid4()))
+    wait_confirmed(pg, r, warm.commit_end, timeout=60)
     agg = str(uuid.uuid4())
     tx = Outbox(pg).tx([("small.a", '{"i": %d}' % i, agg) for i in range(n)]
                        + [("big.huge", BIG_PAYLOAD, agg)]
