@@ -20,8 +20,9 @@
 #include "outbox_relay/base/log.h"
 #include "outbox_relay/kafka/kafka_conf.h"
 
-/* Whom to call while waiting on the brokers (progress_topic_ensure's tick),
- * at least every TICK_MS. */
+/* Whom to call while waiting on the brokers (progress_topic_ensure's tick):
+ * every 100 ms of an admin request's wait, and between tries of a metadata
+ * request (the first waits TICK_MS). */
 struct waiting {
     void (*tick)(void *ctx);
     void *ctx;
@@ -42,18 +43,21 @@ static int partitions_of(rd_kafka_t *rk, const char *topic, int timeout_ms,
 {
     /* All topics: a request for this one alone would have the broker
      * auto-create it (auto.create.topics.enable), with its default
-     * cleanup.policy=delete. Asked in requests of TICK_MS at most, ticking
-     * between them. */
+     * cleanup.policy=delete. Asked with a wait of TICK_MS first, ticking
+     * between the tries, each try waiting twice as long as the one before
+     * (a broker slower than one try's wait still answers a later one). */
     const struct rd_kafka_metadata *md = NULL;
     double end = mono_now() + timeout_ms / 1000.0;
+    int wait_ms = TICK_MS;
     rd_kafka_resp_err_t e;
     for (;;) {
         double left_ms = (end - mono_now()) * 1000;
         e = rd_kafka_metadata(rk, 1, NULL, &md,
-                              left_ms < TICK_MS ? (left_ms > 1 ? (int) left_ms : 1) : TICK_MS);
+                              left_ms < wait_ms ? (left_ms > 1 ? (int) left_ms : 1) : wait_ms);
         if (e != RD_KAFKA_RESP_ERR__TIMED_OUT || mono_now() >= end)
             break;
         tick(w);
+        wait_ms *= 2;
     }
     int n = 0;
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {

@@ -31,8 +31,10 @@ struct sink;
  * cleanup.policy has no "compact" (retention would delete the progress).
  * Returns the partition count (> 0), 0 for a retriable failure (brokers
  * unreachable, timeout) or -1 for a permanent one; err says which.
- * tick(tick_ctx), when not NULL, is called at least once a second while
- * the brokers are waited for (the relay keeps its status updates going). */
+ * tick(tick_ctx), when not NULL, is called while the brokers are waited
+ * for (the relay keeps its status updates going): every 100 ms of an admin
+ * request, and between the tries of a metadata request, which wait 1 s,
+ * then 2 s, 4 s ... up to timeout_ms in all. */
 int progress_topic_ensure(struct sink *sk, const char *topic, int timeout_ms,
                           void (*tick)(void *ctx), void *tick_ctx, char *err, size_t errlen);
 
