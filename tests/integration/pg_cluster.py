@@ -538,8 +538,8 @@ class PgCluster:
     def slot_holder_role(self, slot="outbox_relay"):
         """The role of the walsender holding the slot, read in one statement
         (None while no process holds it). Asking pg_replication_slots and
-        then pg_stat_replication separately can see the slot active and
-        then no walsender, when the holder drops its connection between."""
+        then pg_stat_replication separately saw the slot active and then no
+        walsender once in CI (not reproduced since)."""
         return self.scalar("SELECT a.usename FROM pg_replication_slots s "
                            "JOIN pg_stat_activity a ON a.pid = s.active_pid "
                            "WHERE s.slot_name = %s AND a.backend_type = 'walsender'", (slot,))
