@@ -367,7 +367,11 @@ def test_dead_letter_takes_only_the_oversized_event_of_a_batch(kafka_cluster, pg
     all of one aggregate: produced back to back, they share a request.
     Only the oversized one may be dead-lettered; the 40 others arrive in
     order."""
-    r, topic, dlq, tx, big = past_an_oversized_event(kafka_cluster, pg, relayer, unique_topic, 20)
+    # linger.ms makes the shared request certain: produced back to back,
+    # the records still went out in several requests when the broker
+    # thread woke between them (CI).
+    r, topic, dlq, tx, big = past_an_oversized_event(kafka_cluster, pg, relayer, unique_topic, 20,
+                                                     "-X", "linger.ms=500")
     # The batch's refusal was taken for what it is before anyone was judged.
     r.wait_for_log(r"with other events in the same request: a broker refuses the whole batch "
                    r"for one record's size, so this event may be innocent", timeout=1)
