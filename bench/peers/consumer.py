@@ -23,7 +23,7 @@ import json
 import sys
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 
 def main():
@@ -44,7 +44,7 @@ def main():
 
     c = Consumer({"bootstrap.servers": a.bootstrap, "group.id": "peers-bench",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "fetch.wait.max.ms": 10, "log_level": 3})
+                  "fetch.wait.max.ms": 10, "log_level": 3, "enable.partition.eof": True})
     md = c.list_topics(timeout=30)
     tps = []
     for t in a.topics.split(","):
@@ -53,11 +53,29 @@ def main():
             return 1
         tps += [TopicPartition(t, p, OFFSET_BEGINNING) for p in md.topics[t].partitions]
     c.assign(tps)
+    # Ready once fetching: every partition has been read to its end. assign()
+    # only starts the offset lookups and the first fetches, which took up to
+    # half a second here; a peer delivering within that time had the
+    # consumer's start-up counted in its latency.
+    early, at_end = [], set()
+    wait_until = time.time() + 25
+    while len(at_end) < len(tps) and time.time() < wait_until:
+        m = c.poll(0.1)
+        if m is None:
+            continue
+        if m.error() and m.error().code() == KafkaError._PARTITION_EOF:
+            at_end.add((m.topic(), m.partition()))
+        elif not m.error():
+            early.append(m)
+    if len(at_end) < len(tps):
+        print("consumer.py: %d of %d partitions not read to their end in 25 s"
+              % (len(tps) - len(at_end), len(tps)), file=sys.stderr)
     open(a.ready, "w").close()
 
     seen_n = [0] * a.count
     last_by_key = {}
     lat = []
+    lat_rows = []  # (t_us, received µs, partition, id): OUT.lat.tsv, where the tail lies
     examples = []  # the first few out-of-order records, for the log
     seen = distinct = dup = ooo = foreign = 0
     first = last_new = None
@@ -82,8 +100,10 @@ def main():
         # then takes what else is queued without waiting: consume() with a
         # timeout waits for a full batch, which would add up to that timeout
         # to every receive time (latency) and to the last (drain).
-        m0 = c.poll(0.2)
-        if m0 is None:
+        m0 = c.poll(0.2) if not early else None
+        if early:
+            msgs, early = early, []
+        elif m0 is None:
             msgs = ()
         else:
             msgs = [m0] + c.consume(num_messages=999, timeout=0)
@@ -115,7 +135,9 @@ def main():
             seen_n[i] += 1
             if a.latency:
                 try:
-                    lat.append(last_new * 1e6 - json.loads(m.value())["t_us"])
+                    t_us = json.loads(m.value())["t_us"]
+                    lat.append(last_new * 1e6 - t_us)
+                    lat_rows.append((t_us, int(last_new * 1e6), m.partition(), eid))
                 except (ValueError, KeyError, TypeError):
                     pass
             # An aggregate's events go to the topics of their types: order
@@ -136,6 +158,10 @@ def main():
            "first_unix_us": int(first * 1e6) if first else None,
            "last_new_unix_us": int(last_new * 1e6) if last_new else None}
     if a.latency:
+        with open(a.out + ".lat.tsv", "w") as f:
+            f.write("t_us\treceived_us\tpartition\tid\n")
+            for row in lat_rows:
+                f.write("%d\t%d\t%d\t%d\n" % row)
         lat.sort()
 
         def q(x):
