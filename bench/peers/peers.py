@@ -485,6 +485,30 @@ class Bench:
                 "-cp", "%s/*:%s" % (self.a.dbz_lib, self.a.dbz_classes), "DebeziumPeer",
                 pf, bootstrap]
 
+    # go-pq-cdc-kafka through our driver (bench/peers/gopqcdc/main.go).
+    def gpc_cmd(self):
+        def cmd(bootstrap, slot):
+            # go-pq-cdc refuses an empty password; the bench's PostgreSQL
+            # trusts loopback, so this one is never checked.
+            return [self.a.gopqcdc, "-port", str(self.pg.port), "-password", "unchecked",
+                    "-slot", slot,
+                    "-publication", "outbox_relay", "-brokers", bootstrap,
+                    "-metric-port", str(free_port())]
+        return cmd
+
+    def gpc_name(self):
+        return "go-pq-cdc-kafka %s" % self.a.gopqcdc_version
+
+    def gopqcdc(self, rep):
+        slot = self.slot("peers_gpc", "pgoutput")
+        cmd = self.gpc_cmd()
+        self.brokered(self.gpc_name(), rep, lambda b: cmd(b, slot), slot)
+
+    def crash_gopqcdc(self):
+        slot = self.slot("peers_crash_gpc", "pgoutput")
+        cmd = self.gpc_cmd()
+        self.crashed(self.gpc_name(), lambda b: cmd(b, slot), slot)
+
     def poll(self, rep):
         self.pg.psql("UPDATE events_outbox SET dispatched_at = NULL WHERE dispatched_at IS NOT NULL",
                      "VACUUM FULL events_outbox", "ANALYZE events_outbox", "CHECKPOINT")
@@ -608,7 +632,7 @@ class Bench:
             time.sleep(0.05)
         raise Fail("consumer.py not ready in 30 s")
 
-    def steady(self, peer, make_cmd, plugin=None, expect_rc=(0,)):
+    def steady(self, rep, peer, make_cmd, plugin=None, expect_rc=(0,)):
         """The peer running on a fresh slot (made just before it: no backlog)
         and a fresh broker; one warm-up event read back; then for each rate,
         pgbench inserting at that rate for --steady-seconds, 1,000
@@ -619,7 +643,7 @@ class Bench:
         each event's payload carries t_us (the server's clock_timestamp()
         in the INSERT, just before its commit), and our consumer's receive
         time minus t_us is the latency."""
-        tag0 = "steady-" + re.sub(r"\W+", "_", peer)
+        tag0 = "steady%d-%s" % (rep, re.sub(r"\W+", "_", peer))
         slot = None
         if plugin:
             slot = "peers_steady"
@@ -678,7 +702,7 @@ class Bench:
                     time.sleep(0.05)
                 sampler.sample()
                 res = json.load(open(cout))
-                self.record(peer, 0, kind="steady", rate=rate, produced=n,
+                self.record(peer, rep, kind="steady", rate=rate, produced=n,
                             per_tx=per_tx, achieved_tps=float(tps.group(1)) if tps else None,
                             achieved_events_per_s=float(tps.group(1)) * per_tx if tps else None,
                             secs=time.time() - t0,
@@ -746,17 +770,35 @@ def table(results, base="outbox-relay (wal2json)"):
     return "\n".join(lines), med
 
 
+def steady_medians(results):
+    """The steady runs per (peer, rate), in the order first run: medians of
+    the rates and latencies over the repetitions, sums of the counts."""
+    groups = {}
+    for r in results:
+        if r.get("kind") == "steady":
+            groups.setdefault((r["peer"], r["rate"]), []).append(r)
+    out = []
+    for (peer, rate), rs in groups.items():
+        m = {"peer": peer, "rate": rate, "n": len(rs)}
+        for k in ("achieved_events_per_s", "p50_ms", "p99_ms", "max_ms", "cpu_us_per_event"):
+            m[k] = median([r.get(k) for r in rs])
+        for k in ("lost", "duplicated", "out_of_order"):
+            m[k] = sum(r.get(k) or 0 for r in rs)
+        out.append(m)
+    return out
+
+
 def steady_table(results, base="outbox-relay (wal2json)"):
-    rs = [r for r in results if r.get("kind") == "steady"]
+    rs = steady_medians(results)
     if not rs:
         return ""
     by = {(r["peer"], r["rate"]): r for r in rs}
 
     def f(v, fmt):
         return "—" if v is None else fmt % v
-    lines = ["| peer | rate events/s (achieved) | p50 ms | p99 ms | max ms | CPU µs/event "
+    lines = ["| peer | runs | rate events/s (achieved) | p50 ms | p99 ms | max ms | CPU µs/event "
              "| lost / dup / out of order | p99 ÷ relay | CPU ÷ relay |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         b = by.get((base, r["rate"]), {})
 
@@ -764,8 +806,8 @@ def steady_table(results, base="outbox-relay (wal2json)"):
             if not b.get(k) or r.get(k) is None:
                 return "—"
             return "%.2f×" % (r[k] / b[k])
-        lines.append("| %s | %d (%s) | %s | %s | %s | %s | %d / %d / %d | %s | %s |" % (
-            r["peer"], r["rate"], f(r.get("achieved_events_per_s"), "%.0f"), f(r["p50_ms"], "%.1f"),
+        lines.append("| %s | %d | %d (%s) | %s | %s | %s | %s | %d / %d / %d | %s | %s |" % (
+            r["peer"], r["n"], r["rate"], f(r.get("achieved_events_per_s"), "%.0f"), f(r["p50_ms"], "%.1f"),
             f(r["p99_ms"], "%.1f"), f(r["max_ms"], "%.1f"), f(r["cpu_us_per_event"], "%.1f"),
             r["lost"], r["duplicated"], r["out_of_order"], ratio("p99_ms"),
             ratio("cpu_us_per_event")))
@@ -792,13 +834,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=100000)
     ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--peers", default="recv,relay-w2j,relay-pgo,debezium,poll")
+    ap.add_argument("--peers", default="recv,relay-w2j,relay-pgo,debezium,gopqcdc,poll")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--relay", required=True)
     ap.add_argument("--poll", required=True)
     ap.add_argument("--dbz-lib", required=True)
     ap.add_argument("--dbz-classes", required=True)
     ap.add_argument("--dbz-version", required=True)
+    ap.add_argument("--gopqcdc", default="", help="the go-pq-cdc-kafka driver (gopqcdc.sh)")
+    ap.add_argument("--gopqcdc-version", default="")
     ap.add_argument("--kafka-version", default="")
     ap.add_argument("--json", required=True)
     ap.add_argument("--keep", action="store_true")
@@ -829,6 +873,8 @@ def main():
                     b.relay(rep, "pgoutput")
                 elif p == "debezium":
                     b.debezium(rep)
+                elif p == "gopqcdc":
+                    b.gopqcdc(rep)
                 elif p != "poll":
                     raise Fail("unknown peer " + p)
         # Last: its UPDATEs write WAL that the WAL readers above would decode.
@@ -844,20 +890,26 @@ def main():
                     b.crash_relay("pgoutput")
                 elif p == "debezium":
                     b.crash_debezium()
+                elif p == "gopqcdc":
+                    b.crash_gopqcdc()
             if "poll" in peers:
                 b.crash_poll()
-        # Steady rates: each peer on a fresh slot, after every drain.
-        if a.rates:
+        # Steady rates: each peer on a fresh slot, after every drain; --reps
+        # rounds, medians in the table.
+        for rep in range(1, a.reps + 1 if a.rates else 1):
             for p in peers:
                 if p == "relay-w2j":
-                    b.steady("outbox-relay (wal2json)", b.relay_cmd("wal2json"), "wal2json")
+                    b.steady(rep, "outbox-relay (wal2json)", b.relay_cmd("wal2json"), "wal2json")
                 elif p == "relay-pgo":
-                    b.steady("outbox-relay (pgoutput)", b.relay_cmd("pgoutput"), "pgoutput")
+                    b.steady(rep, "outbox-relay (pgoutput)", b.relay_cmd("pgoutput"), "pgoutput")
                 elif p == "debezium":
-                    b.steady(b.dbz_name(), b.dbz_cmd("steady"), "pgoutput", expect_rc=(0, 143))
+                    b.steady(rep, b.dbz_name(), b.dbz_cmd("steady-%d" % rep), "pgoutput",
+                             expect_rc=(0, 143))
+                elif p == "gopqcdc":
+                    b.steady(rep, b.gpc_name(), b.gpc_cmd(), "pgoutput")
             if "poll" in peers:
                 b.pg.psql("UPDATE events_outbox SET dispatched_at = now() WHERE dispatched_at IS NULL")
-                b.steady("polling relayer (seed)", b.poll_cmd)
+                b.steady(rep, "polling relayer (seed)", b.poll_cmd)
         ok = True
     except Fail as e:
         log("ERROR:", e)
@@ -873,6 +925,7 @@ def main():
     doc = {"started": started, "events": a.events, "reps": a.reps, "transactions": getattr(b, "txs", None),
            "loadavg_before": load0, "loadavg_after": open("/proc/loadavg").read().split()[:3],
            "nproc": os.cpu_count(), "kafka": a.kafka_version, "debezium": a.dbz_version,
+           "gopqcdc": a.gopqcdc_version,
            "ok": ok, "runs": b.results, "medians": med, "table": md, "steady_table": st,
            "crash_table": ct}
     os.makedirs(os.path.dirname(a.json), exist_ok=True)

@@ -23,8 +23,11 @@
 #              DebeziumPeer.java (its jars: bench/peers/debezium.sh);
 #   poll       the seed's polling relayer (bench/polling_relayer.c), last:
 #              its UPDATEs write WAL the others would decode.
-# go-pq-cdc-kafka is not run: the Go module proxy this machine reaches
-# refuses github.com/Trendyol/go-pq-cdc-kafka (and go-pq-cdc) with 403.
+#   gopqcdc    go-pq-cdc-kafka v1.3.1 (Trendyol; pgoutput, segmentio/kafka-go)
+#              driven by bench/peers/gopqcdc/main.go, built by
+#              bench/peers/gopqcdc.sh; left out with a warning when its
+#              modules cannot be had (the Go module proxy here refuses them:
+#              see that script for PEERS_GOPQCDC_SRC, their sources);
 #
 # Drain, for each: events/s from the process's start until our consumer
 # (bench/peers/consumer.py, every partition assigned before the start) has
@@ -35,13 +38,15 @@
 # bench/peers/results/ (not committed), and beside it a PNG chart of them
 # (bench/peers/chart.py; docs/img/peers.png is one).
 #
-# Steady rates, after the drains (not the floor): each relaying peer on a
-# fresh slot and broker, pgbench inserting one-event transactions at each of
-# --rates events/s for --steady-seconds; latency p50/p99/max from the
-# INSERT's clock_timestamp() (in the payload, just before the commit and
-# its flush) to our consumer reading the event; CPU µs per event of the
-# tree over the run. Exits 1 when a run failed or an
-# event was lost, duplicated or reordered.
+# Steady rates, after the drains (not the floor), --reps rounds (medians in
+# the table): each relaying peer on a fresh slot and broker, pgbench
+# committing 1,000 transactions/s of rate/1,000 events at each of --rates
+# events/s for --steady-seconds; latency p50/p99/max from the INSERT's
+# clock_timestamp() (in the payload, just before the commit and its flush)
+# to our consumer reading the event (the consumer is started, and has read
+# every partition to its end, before the rate starts); CPU µs per event of
+# the tree over the run. Exits 1 when a run failed or an event was lost,
+# duplicated or reordered.
 #
 # Crash runs (--crash, on in the full run): after the drains, each relaying
 # peer drains the backlog once more, from its own copy of the slot, on a
@@ -62,7 +67,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${OUTBOX_RELAY_BUILD:-$repo/build}
-events=100000 reps=1 peers=recv,relay-w2j,relay-pgo,debezium,poll keep=() json=""
+events=100000 reps=1 peers=recv,relay-w2j,relay-pgo,debezium,gopqcdc,poll keep=() json=""
 rates=2000,5000 steady_seconds=10 crash=(--crash)
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -113,11 +118,27 @@ if [[ ",$peers," == *,debezium,* ]]; then
     javac -d "$cache/debezium-classes" -cp "$dbz_lib/*" "$repo/bench/peers/debezium/DebeziumPeer.java" ||
         die "javac DebeziumPeer.java failed"
 fi
+gpc_bin="" gpc_version=""
+if [[ ",$peers," == *,gopqcdc,* ]]; then
+    rc=0
+    gpc_bin=$(bash "$repo/bench/peers/gopqcdc.sh" | tail -1) || rc=$?
+    if [ "$rc" -eq 3 ]; then
+        log "WARNING: go-pq-cdc-kafka left out: its modules cannot be had (bench/peers/gopqcdc.sh)"
+        peers=$(echo ",$peers," | sed 's/,gopqcdc,/,/; s/^,//; s/,$//')
+        gpc_bin=""
+    elif [ "$rc" -ne 0 ]; then
+        die "bench/peers/gopqcdc.sh failed (rc $rc)"
+    else
+        gpc_version=$(sed -n 's/^[[:space:]]*github.com\/Trendyol\/go-pq-cdc-kafka \(v[^[:space:]]*\).*/\1/p' \
+            "$repo/bench/peers/gopqcdc/go.mod")
+    fi
+fi
 [ -n "$json" ] || json=$repo/bench/peers/results/peers-$(date -u +%Y%m%dT%H%M%SZ).json
 rc=0
 /usr/bin/python3 "$repo/bench/peers/peers.py" --events "$events" --reps "$reps" --peers "$peers" \
     --relay "$build/outbox-relay" --poll "$cache/polling-relayer" \
     --dbz-lib "$dbz_lib" --dbz-classes "$cache/debezium-classes" --dbz-version "$dbz_version" \
+    --gopqcdc "$gpc_bin" --gopqcdc-version "$gpc_version" \
     --kafka-version "$kafka_version" --json "$json" --rates "$rates" \
     --steady-seconds "$steady_seconds" "${keep[@]}" "${crash[@]}" || rc=$?
 # The chart (bench/peers/chart.py) beside the JSON, when the run wrote one.
