@@ -21,8 +21,9 @@
 # gopqcdc-src when it holds both.
 #
 # Cache: $PEERS_GOPQCDC_CACHE (default ~/.cache/outbox-relay/peers/gopqcdc).
-# Exit status: 0 and the binary's path on stdout; 3 when the modules cannot
-# be had (the proxy refuses or cannot be reached, and no sources are given):
+# Exit status: 0 and the binary's path on stdout; 3 when the peer cannot be
+# built here (no go command, or the proxy refuses the modules or cannot be
+# reached and no sources are given):
 # run.sh then leaves the peer out with a warning; 1 on any other failure.
 set -euo pipefail
 
@@ -35,7 +36,7 @@ if [ -z "$src" ] && [ -f /var/cache/outbox-relay/gopqcdc-src/go-pq-cdc-kafka/go.
     src=/var/cache/outbox-relay/gopqcdc-src
 fi
 say() { echo "gopqcdc.sh: $*" >&2; }
-command -v go >/dev/null || { say "no go command"; exit 1; }
+command -v go >/dev/null || { say "no go command (Debian: golang-go; Go 1.25 or newer)"; exit 3; }
 
 rm -rf "$cache/build"
 mkdir -p "$cache"

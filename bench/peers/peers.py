@@ -771,7 +771,7 @@ def table(results, base="outbox-relay (wal2json)"):
 
 
 def steady_medians(results):
-    """The steady runs per (peer, rate), in the order first run: medians of
+    """The steady runs per (peer, rate), in the order they first ran: medians of
     the rates and latencies over the repetitions, sums of the counts."""
     groups = {}
     for r in results:

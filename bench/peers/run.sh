@@ -30,10 +30,11 @@
 #              see that script for PEERS_GOPQCDC_SRC, their sources);
 #
 # Drain, for each: events/s from the process's start until our consumer
-# (bench/peers/consumer.py, every partition assigned before the start) has
-# read every event; CPU µs per event of the whole process tree (JVM
-# included) up to then; peak RSS of the tree; events lost, duplicated and
-# out of per-aggregate order. One Markdown table at the end (medians of
+# (bench/peers/consumer.py, every partition assigned and read to its end
+# before the start) has read every event; CPU µs per event of the whole
+# process tree (JVM and Go runtime included) up to then; peak RSS of the
+# tree; events lost, duplicated and out of per-aggregate order. One
+# Markdown table at the end (medians of
 # --reps, ratios to outbox-relay with wal2json); the raw results as JSON in
 # bench/peers/results/ (not committed), and beside it a PNG chart of them
 # (bench/peers/chart.py; docs/img/peers.png is one).

@@ -92,9 +92,17 @@ func main() {
 		connector.Close()
 		os.Exit(0)
 	}()
+	// Start blocks until a signal, or returns early on an error it has
+	// logged (a slot that cannot be had, a lost connection).
 	connector.Start(ctx)
-	<-ctx.Done()
-	select {} // the goroutine above exits
+	select {
+	case <-ctx.Done():
+		select {} // the goroutine above closes the connector and exits
+	case <-time.After(2 * time.Second):
+		fmt.Fprintf(os.Stderr, "gopqcdc-peer: slot %s: the connector stopped without a signal "+
+			"(its log above says why)\n", *slotName)
+		os.Exit(1)
+	}
 }
 
 // handler maps one outbox INSERT to one record; anything else to none.
