@@ -41,6 +41,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -359,6 +360,20 @@ class Kafka:
         return self._local(harness.read_messages(self.bootstrap, self._topic(topic),
                                                  expected=expected, timeout=timeout,
                                                  wait_topic=wait_topic))
+
+    def read_until_ids(self, topic, ids, timeout=60):
+        """The topic's records once every event id in `ids` (ints, the
+        event_id header) is among them, duplicates allowed; or what is there
+        at the timeout. Where at-least-once may send events again (a server
+        restart), a count of records would stop on the copies."""
+        want = set(ids)
+        deadline = time.monotonic() + timeout
+        n = len(want)
+        while True:
+            got = self.read(topic, expected=n, timeout=max(1, deadline - time.monotonic()))
+            if {int(m.headers["event_id"]) for m in got} >= want or time.monotonic() >= deadline:
+                return got
+            n = len(got) + 1
 
     def topics(self, timeout=10):
         names = harness.list_topics(self.bootstrap, timeout=timeout)

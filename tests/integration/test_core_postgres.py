@@ -159,6 +159,8 @@ def test_postgres_restart_is_survived(pg, broker, kafka, relayer, tuning):
     wait_streaming(pg, r, timeout=90)
     ob = Outbox(pg)
     b = ob.one("pgr.after")
-    got = kafka.read("pgr", expected=2, timeout=60)
+    # Not a count of records: before PostgreSQL 17 the restart may not have
+    # saved the slot's confirmed position, so the first event can come twice.
+    got = kafka.read_until_ids("pgr", a.ids + b.ids, timeout=60)
     assert {int(m.headers["event_id"]) for m in got} >= set(a.ids + b.ids), r.log_tail()
     assert r.terminate() == 0

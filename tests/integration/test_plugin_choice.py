@@ -30,7 +30,6 @@ and test_decoding. Every test here runs a server left at that default
 """
 
 import re
-import uuid
 
 import pytest
 
@@ -181,8 +180,14 @@ def test_existing_wal2json_slot_after_the_minor_update(pg, broker, kafka, relaye
 
     allow_wal2json(pg)
     r.wait_for_log(r"streaming public\.events_outbox to Kafka \(wal2json", timeout=60)
-    got = kafka.read("order", expected=5, timeout=60)
-    assert set(ids_of(got)) == set(ids)
+    # The first two may come again: before PostgreSQL 17 a shutdown
+    # checkpoint does not write a logical slot whose confirmed position alone
+    # moved (17 does), so the restarted server may stream from where the
+    # slot was last saved (at-least-once). The three committed after the
+    # restart come once each.
+    got = ids_of(kafka.read_until_ids("order", ids, timeout=60))
+    assert set(got) == set(ids), got
+    assert [got.count(i) for i in ids[2:]] == [1, 1, 1], got
     assert r.terminate() == 0
 
 
