@@ -7,7 +7,9 @@
 Four panels, one bar per peer, from the same run: the drain's events/s
 (medians of its repetitions), CPU µs per event of the peer's process tree,
 peak RSS (log scale: Debezium's JVM is two orders of magnitude above the
-rest) and, when the run had steady rates, the p99 latency at each rate.
+rest) and, when the run had steady rates, the p99 latency at each rate
+(medians too: the JSON's "medians" and "steady_medians", as peers.py
+computed them for its tables).
 The title carries what the numbers depend on: events, repetitions, the
 machine's cores and its load average before and after.
 
@@ -65,8 +67,8 @@ def bars(ax, peers, values, title, unit, log=False, fmt="%.0f"):
                     ha="center", va="bottom", fontsize=7)
 
 
-def steady_panel(ax, runs):
-    steady = [r for r in runs if r.get("kind") == "steady" and r.get("p99_ms") is not None]
+def steady_panel(ax, steady_medians):
+    steady = [r for r in steady_medians if r.get("p99_ms") is not None]
     if not steady:
         ax.set_visible(False)
         return
@@ -76,8 +78,8 @@ def steady_panel(ax, runs):
     for k, rate in enumerate(rates):
         vals = []
         for p in peers:
-            v = sorted(r["p99_ms"] for r in steady if r["peer"] == p and r["rate"] == rate)
-            vals.append(v[len(v) // 2] if v else 0)  # the median (the upper one of an even count)
+            v = [r["p99_ms"] for r in steady if r["peer"] == p and r["rate"] == rate]
+            vals.append(v[0] if v else 0)
         xs = [i + (k - (len(rates) - 1) / 2) * width for i in range(len(peers))]
         ax.bar(xs, vals, width, label="%d events/s" % rate)
     ax.set_xticks(range(len(peers)))
@@ -103,7 +105,7 @@ def main(argv):
          "CPU per event, whole process tree (lower is better)", "µs/event", fmt="%.1f")
     bars(axes[1][0], peers, [med[p].get("peak_rss_mib") for p in peers],
          "peak RSS (lower is better)", "MiB (log)", log=True, fmt="%.0f")
-    steady_panel(axes[1][1], doc.get("runs", []))
+    steady_panel(axes[1][1], doc.get("steady_medians", []))
     fig.suptitle("outbox-relay and its peers, same WAL and broker: %s events, %s repetition(s), "
                  "%s cores, load %s before, %s after (%s)"
                  % (doc.get("events"), doc.get("reps"), doc.get("nproc"),

@@ -100,13 +100,11 @@ def main():
         # then takes what else is queued without waiting: consume() with a
         # timeout waits for a full batch, which would add up to that timeout
         # to every receive time (latency) and to the last (drain).
-        m0 = c.poll(0.2) if not early else None
-        if early:
+        if early:  # read while waiting to be ready
             msgs, early = early, []
-        elif m0 is None:
-            msgs = ()
         else:
-            msgs = [m0] + c.consume(num_messages=999, timeout=0)
+            m0 = c.poll(0.2)
+            msgs = () if m0 is None else [m0] + c.consume(num_messages=999, timeout=0)
         for m in msgs:
             if m.error():
                 continue

@@ -491,8 +491,7 @@ class Bench:
             # go-pq-cdc refuses an empty password; the bench's PostgreSQL
             # trusts loopback, so this one is never checked.
             return [self.a.gopqcdc, "-port", str(self.pg.port), "-password", "unchecked",
-                    "-slot", slot,
-                    "-publication", "outbox_relay", "-brokers", bootstrap,
+                    "-slot", slot, "-publication", "outbox_relay", "-brokers", bootstrap,
                     "-metric-port", str(free_port())]
         return cmd
 
@@ -926,7 +925,8 @@ def main():
            "loadavg_before": load0, "loadavg_after": open("/proc/loadavg").read().split()[:3],
            "nproc": os.cpu_count(), "kafka": a.kafka_version, "debezium": a.dbz_version,
            "gopqcdc": a.gopqcdc_version,
-           "ok": ok, "runs": b.results, "medians": med, "table": md, "steady_table": st,
+           "ok": ok, "runs": b.results, "medians": med, "steady_medians": steady_medians(b.results),
+           "table": md, "steady_table": st,
            "crash_table": ct}
     os.makedirs(os.path.dirname(a.json), exist_ok=True)
     with open(a.json, "w") as f:
