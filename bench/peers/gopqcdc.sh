@@ -28,7 +28,10 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-kafka_v=v1.3.1 cdc_v=v1.10.12
+# The versions the driver's go.mod requires, and those a binary was built with.
+required() { sed -n "s|^[[:space:]]*github.com/Trendyol/$1 \(v[^[:space:]]*\).*|\1|p" "$repo/bench/peers/gopqcdc/go.mod"; }
+built() { go version -m "$2" | awk -v m="github.com/Trendyol/$1" '$1 == "dep" && $2 == m { print $3 }'; }
+kafka_v=$(required go-pq-cdc-kafka) cdc_v=$(required go-pq-cdc)
 cache=${PEERS_GOPQCDC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay/peers/gopqcdc}
 src=${PEERS_GOPQCDC_SRC:-}
 if [ -z "$src" ] && [ -f /var/cache/outbox-relay/gopqcdc-src/go-pq-cdc-kafka/go.mod ] &&
@@ -63,10 +66,11 @@ if ! timeout 600 go mod tidy >tidy.log 2>&1; then
     say "go mod tidy failed"
     exit 1
 fi
-# The versions built are the ones named, whichever way they came.
-go list -m github.com/Trendyol/go-pq-cdc-kafka github.com/Trendyol/go-pq-cdc >versions.txt
-grep -q "go-pq-cdc-kafka $kafka_v" versions.txt && grep -q "go-pq-cdc $cdc_v" versions.txt ||
-    { cat versions.txt >&2; say "unexpected versions"; exit 1; }
 go build -trimpath -o "$cache/gopqcdc-peer" . >build.log 2>&1 ||
     { tail -20 build.log >&2; say "go build failed"; exit 1; }
+# The versions built are the ones go.mod names, whichever way they came
+# (go mod tidy would raise one that the sources given require higher).
+got="$(built go-pq-cdc-kafka "$cache/gopqcdc-peer") $(built go-pq-cdc "$cache/gopqcdc-peer")"
+[ "$got" = "$kafka_v $cdc_v" ] ||
+    { say "built with go-pq-cdc-kafka/go-pq-cdc $got, go.mod requires $kafka_v $cdc_v"; exit 1; }
 echo "$cache/gopqcdc-peer"

@@ -130,8 +130,8 @@ if [[ ",$peers," == *,gopqcdc,* ]]; then
     elif [ "$rc" -ne 0 ]; then
         die "bench/peers/gopqcdc.sh failed (rc $rc)"
     else
-        gpc_version=$(sed -n 's/^[[:space:]]*github.com\/Trendyol\/go-pq-cdc-kafka \(v[^[:space:]]*\).*/\1/p' \
-            "$repo/bench/peers/gopqcdc/go.mod")
+        gpc_version=$(go version -m "$gpc_bin" |
+            awk '$1 == "dep" && $2 == "github.com/Trendyol/go-pq-cdc-kafka" { print $3 }')
     fi
 fi
 [ -n "$json" ] || json=$repo/bench/peers/results/peers-$(date -u +%Y%m%dT%H%M%SZ).json
